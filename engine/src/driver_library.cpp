@@ -1,0 +1,70 @@
+#include "driver_library.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+namespace flashjit {
+
+static Result<DriverLibrary> open_driver() {
+  const char* override_path = std::getenv("FLASHJIT_LIBCUDA_PATH");
+  const char* path = override_path && *override_path ? override_path : "libcuda.so.1";
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return Error(Code::library_missing, "the CUDA driver (libcuda.so.1) could not be loaded: no NVIDIA driver on this machine")
+        .with("dlerror", dlerror());
+
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto get_proc = reinterpret_cast<GetProc>(dlsym(handle, "cuGetProcAddress_v2"));
+  using GetVersion = CUresult (*)(int*);
+  auto get_version = reinterpret_cast<GetVersion>(dlsym(handle, "cuDriverGetVersion"));
+  if (!get_proc || !get_version)
+    return Error(Code::library_missing, std::string(path) + " is older than CUDA 12 (no cuGetProcAddress_v2)");
+
+  DriverLibrary lib;
+  if (get_version(&lib.driver_version) != CUDA_SUCCESS)
+    return Error(Code::driver_error, "cuDriverGetVersion failed");
+  // Ask for the ABI this file was compiled against, or the driver's own if that is older.
+  const int abi = std::min(CUDA_VERSION, lib.driver_version);
+  std::string missing;
+#define FJ_DRIVER_LOAD(name)                                                                    \
+  {                                                                                             \
+    void* fn = nullptr;                                                                         \
+    CUdriverProcAddressQueryResult status{};                                                    \
+    if (get_proc(#name, &fn, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||      \
+        status != CU_GET_PROC_ADDRESS_SUCCESS || !fn)                                           \
+      missing += " " #name;                                                                     \
+    else                                                                                        \
+      lib.name = reinterpret_cast<decltype(lib.name)>(fn);                                      \
+  }
+  FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_LOAD)
+#undef FJ_DRIVER_LOAD
+  if (!missing.empty())
+    return Error(Code::library_missing, "the CUDA driver lacks entry points:" + missing)
+        .with("driver_version", std::to_string(lib.driver_version));
+  const CUresult init = lib.cuInit(0);
+  if (init != CUDA_SUCCESS) return lib.error(init, "cuInit(0) (is a GPU visible?)");
+  return lib;
+}
+
+Result<const DriverLibrary*> DriverLibrary::get() {
+  static std::once_flag once;
+  static std::optional<Result<DriverLibrary>> loaded;
+  std::call_once(once, [] { loaded.emplace(open_driver()); });
+  if (!loaded->ok()) return loaded->error();
+  return &loaded->value();
+}
+
+Error DriverLibrary::error(CUresult r, const std::string& what) const {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (cuGetErrorName) cuGetErrorName(r, &name);
+  if (cuGetErrorString) cuGetErrorString(r, &text);
+  return Error(Code::driver_error, what + " failed: " + (name ? name : std::to_string(int(r))) +
+                                       (text ? std::string(" (") + text + ")" : ""));
+}
+
+}  // namespace flashjit

@@ -1,0 +1,99 @@
+// Copies between a [rows x cols] tile of a strided global view and a padded shared tile.
+// kVec elements move per access; the host picks the widest kVec that every pointer and stride
+// allows, and kVec == 1 also honours a non-unit stride along the head dim.
+#pragma once
+
+#include "common/ptx.cuh"
+
+namespace fj {
+
+struct alignas(16) Bytes16 { unsigned w[4]; };
+struct alignas(8) Bytes8 { unsigned w[2]; };
+
+template <int kBytes> struct BytesOf;
+template <> struct BytesOf<16> { using type = Bytes16; };
+template <> struct BytesOf<8> { using type = Bytes8; };
+template <> struct BytesOf<4> { using type = unsigned; };
+template <> struct BytesOf<2> { using type = unsigned short; };
+
+// Starts asynchronous loads of rows [0, rows_valid) into smem; rows past rows_valid become
+// zeros so padded keys and queries contribute nothing. Columns past kCols are left untouched.
+template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
+FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_stride,
+                               long long col_stride, int rows_valid, int tid) {
+  static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
+  constexpr int kChunks = kCols / kVec;
+  constexpr int kBytes = kVec * int(sizeof(Elem));
+  if constexpr (kThreads % kChunks == 0) {
+    // Each thread keeps one column and walks rows: one pointer and one 64-bit step stay live
+    // instead of a precomputed address per access.
+    constexpr int kRowStep = kThreads / kChunks;
+    const int c = (tid % kChunks) * kVec;
+    const int r0 = tid / kChunks;
+    const Elem* src = gmem + r0 * row_stride + c * (kVec == 1 ? col_stride : 1);
+    const long long step = kRowStep * row_stride;
+    Elem* dst = smem + r0 * kSmemStride + c;
+#pragma unroll
+    for (int r = r0; r < kRows; r += kRowStep) {
+      const bool inside = r < rows_valid;
+      if constexpr (kBytes >= 4) {
+        cp_async<kBytes>(dst, inside ? src : gmem, inside ? kBytes : 0);
+      } else {
+        *dst = inside ? *src : Elem(0);
+      }
+      src += step;
+      dst += kRowStep * kSmemStride;
+    }
+  } else {
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+      const int i = it * kThreads + tid;
+      if (kTotal % kThreads != 0 && i >= kTotal) break;
+      const int r = i / kChunks;
+      const int c = (i % kChunks) * kVec;
+      const bool inside = r < rows_valid;
+      Elem* dst = smem + r * kSmemStride + c;
+      const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
+      if constexpr (kBytes >= 4) {
+        cp_async<kBytes>(dst, src, inside ? kBytes : 0);
+      } else {
+        // 2-byte elements one at a time: cp.async moves at least 4 bytes.
+        *dst = inside ? *src : Elem(0);
+      }
+    }
+  }
+}
+
+// Writes rows [0, rows_valid) of a shared tile to global memory.
+template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
+FJ_DEVICE void store_tile(Elem* gmem, long long row_stride, long long col_stride,
+                          const Elem* smem, int rows_valid, int tid) {
+  constexpr int kChunks = kCols / kVec;
+  constexpr int kTotal = kRows * kChunks;
+  using Word = typename BytesOf<kVec * int(sizeof(Elem))>::type;
+#pragma unroll
+  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+    const int i = it * kThreads + tid;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
+    const int r = i / kChunks;
+    const int c = (i % kChunks) * kVec;
+    if (r < rows_valid) {
+      *reinterpret_cast<Word*>(gmem + r * row_stride + c * (kVec == 1 ? col_stride : 1)) =
+          *reinterpret_cast<const Word*>(smem + r * kSmemStride + c);
+    }
+  }
+}
+
+// Fills columns [kFrom, kTo) of every row with zeros (the head-dim padding the mma reads).
+template <typename Elem, int kRows, int kFrom, int kTo, int kSmemStride, int kThreads>
+FJ_DEVICE void zero_columns(Elem* smem, int tid) {
+  constexpr int kWidth = kTo - kFrom;
+  if constexpr (kWidth > 0) {
+    for (int i = tid; i < kRows * kWidth; i += kThreads) {
+      smem[(i / kWidth) * kSmemStride + kFrom + i % kWidth] = Elem(0);
+    }
+  }
+}
+
+}  // namespace fj

@@ -1,0 +1,150 @@
+// Argument validation: every bad input gets an error naming the argument and the rule, before
+// any driver call (these run without a GPU, with fake device addresses).
+#include <doctest/doctest.h>
+
+#include "problem.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+// Fake, well-separated, 256-byte aligned device addresses.
+const void* addr(std::uintptr_t slot) { return reinterpret_cast<const void*>(0x7f0000000000ull + (slot << 32)); }
+
+AttentionArgs make(DType dt = DType::f16, std::int64_t B = 2, std::int64_t Sq = 100, std::int64_t Sk = 120,
+                   std::int64_t Hq = 8, std::int64_t Hkv = 2, std::int64_t D = 64, std::int64_t Dv = 64) {
+  AttentionArgs a;
+  a.q = TensorView::bshd(addr(1), dt, B, Sq, Hq, D);
+  a.k = TensorView::bshd(addr(2), dt, B, Sk, Hkv, D);
+  a.v = TensorView::bshd(addr(3), dt, B, Sk, Hkv, Dv);
+  a.o = TensorView::bshd(addr(4), dt, B, Sq, Hq, Dv);
+  return a;
+}
+
+std::string error_of(const AttentionArgs& a) {
+  auto r = validate_problem(a);
+  return r.ok() ? std::string("OK") : r.error().message();
+}
+
+bool mentions(const std::string& msg, const std::string& what) { return msg.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a valid GQA problem validates into semantics and params") {
+  AttentionArgs a = make();
+  a.mask = Mask::causal;
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.gqa);
+  CHECK(r->semantics.vec == 8);
+  CHECK(r->semantics.mask == Mask::causal);
+  CHECK(r->params.group == 4);
+  CHECK(r->params.causal_offset == 20);
+  CHECK(r->params.scale_log2 == doctest::Approx(1.4426950408889634 / 8.0));
+}
+
+TEST_CASE("each rule is named in its error") {
+  AttentionArgs a = make();
+  a.q.data = nullptr;
+  CHECK(mentions(error_of(a), "q.data is null"));
+
+  a = make();
+  a.k.data = static_cast<const char*>(a.k.data) + 1;
+  CHECK(mentions(error_of(a), "k.data must be aligned"));
+
+  a = make();
+  a.k.shape[2] = 3;
+  a.v.shape[2] = 3;
+  CHECK(mentions(error_of(a), "must be a multiple of k.shape[2]"));
+
+  a = make();
+  a.v.shape[1] = 7;
+  CHECK(mentions(error_of(a), "v.shape[1] (seq)"));
+
+  a = make(DType::f16, 1, 10, 10, 1, 1, 300, 300);
+  CHECK(mentions(error_of(a), "must be in [1, 256]"));
+
+  a = make();
+  a.v.dtype = DType::bf16;
+  auto r = validate_problem(a);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::unsupported);
+  CHECK(mentions(r.error().message(), "dtype combination"));
+
+  a = make();
+  a.o.stride[1] = 1;  // rows overlap each other
+  CHECK(mentions(error_of(a), "o overlaps itself"));
+
+  a = make();
+  a.q.stride[0] = -5;
+  CHECK(mentions(error_of(a), "negative strides"));
+
+  a = make();
+  a.o.data = a.q.data;
+  CHECK(mentions(error_of(a), "must not overlap"));
+
+  a = make();
+  a.softmax_scale = -1.f;
+  CHECK(mentions(error_of(a), "softmax_scale"));
+
+  a = make();
+  a.lse = LseView::contiguous(reinterpret_cast<float*>(const_cast<void*>(addr(5))), 2, 8, 99);
+  CHECK(mentions(error_of(a), "lse.shape[2]"));
+}
+
+TEST_CASE("zero-size problems are a valid no-op") {
+  AttentionArgs a = make(DType::f16, 0);
+  a.q.data = a.k.data = a.v.data = a.o.data = nullptr;
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->empty);
+  a = make(DType::f16, 2, 0);
+  REQUIRE(validate_problem(a).ok());
+  CHECK(validate_problem(a)->empty);
+  // No keys is not empty: every row must become zeros.
+  a = make(DType::f16, 2, 5, 0);
+  a.k.data = a.v.data = nullptr;
+  REQUIRE(validate_problem(a).ok());
+  CHECK_FALSE(validate_problem(a)->empty);
+}
+
+TEST_CASE("access width follows alignment, strides and head dims") {
+  AttentionArgs a = make(DType::f16, 1, 64, 64, 4, 4, 48, 48);
+  CHECK(validate_problem(a)->semantics.vec == 8);
+  a = make(DType::f16, 1, 64, 64, 4, 4, 100, 100);
+  CHECK(validate_problem(a)->semantics.vec == 4);
+  a = make(DType::f16, 1, 64, 64, 4, 4, 3, 3);
+  CHECK(validate_problem(a)->semantics.vec == 1);
+  a = make(DType::f32, 1, 64, 64, 4, 4, 64, 64);
+  CHECK(validate_problem(a)->semantics.vec == 4);
+  a = make();
+  a.q.data = static_cast<const char*>(a.q.data) + 4;  // 4-byte aligned only
+  CHECK(validate_problem(a)->semantics.vec == 2);
+  a = make();
+  a.k.stride[3] = 2;  // strided head dim
+  a.k.stride[2] *= 2, a.k.stride[1] *= 2, a.k.stride[0] *= 2;
+  CHECK(validate_problem(a)->semantics.vec == 1);
+}
+
+TEST_CASE("the [B,H,S,D] and packed [S, d_model] layouts validate without copies") {
+  AttentionArgs a = make();
+  a.q = TensorView::bhsd(addr(1), DType::f16, 2, 100, 8, 64);
+  a.o = TensorView::bhsd(addr(4), DType::f16, 2, 100, 8, 64);
+  CHECK(validate_problem(a).ok());
+  // Packed projection output [S, 3 * d_model]: q, k and v interleaved in one buffer.
+  const std::int64_t S = 256, H = 8, D = 64, dm = H * D;
+  const char* qkv = static_cast<const char*>(addr(6));
+  AttentionArgs p;
+  for (int t = 0; t < 3; ++t) {
+    TensorView v;
+    v.data = qkv + t * dm * 2;
+    v.dtype = DType::f16;
+    const std::int64_t shape[4] = {1, S, H, D}, stride[4] = {S * 3 * dm, 3 * dm, D, 1};
+    for (int i = 0; i < 4; ++i) v.shape[i] = shape[i], v.stride[i] = stride[i];
+    (t == 0 ? p.q : t == 1 ? p.k : p.v) = v;
+  }
+  p.o = TensorView::bshd(addr(7), DType::f16, 1, S, H, D);
+  auto r = validate_problem(p);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.vec == 8);
+}
