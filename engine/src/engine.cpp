@@ -80,7 +80,7 @@ class Engine::Impl {
     return r;
   }
 
-  Status forward(const AttentionArgs& args, CUstream stream) {
+  Status forward(const AttentionArgs& args, CUstream stream, const Tiling* tiling) {
     auto problem_r = validate_problem(args);
     if (!problem_r.ok()) return std::move(problem_r).error();
     const ValidatedProblem& problem = problem_r.value();
@@ -107,8 +107,12 @@ class Engine::Impl {
 
     auto variant_r = default_variant(problem.semantics, info.arch);
     if (!variant_r.ok()) return std::move(variant_r).error();
-    const KernelVariant& variant = variant_r.value();
+    KernelVariant& variant = variant_r.value();
     const KernelFamily* family = find_family(variant.family);
+    if (tiling) {
+      FJ_TRY(family->check_tiling(variant.semantics, *tiling));
+      variant.tiling = *tiling;
+    }
     const LaunchGrid grid = family->grid(problem.shape, problem.semantics, variant.tiling);
     if (int(grid.smem_bytes) > info.smem_optin)
       return Error(Code::unsupported, variant.name() + " needs " + std::to_string(grid.smem_bytes) +
@@ -212,7 +216,11 @@ Result<std::unique_ptr<Engine>> Engine::create(EngineOptions options) {
   return std::unique_ptr<Engine>(new Engine(std::make_unique<Impl>(std::move(options))));
 }
 
-Status Engine::forward(const AttentionArgs& args, CUstream stream) { return impl_->forward(args, stream); }
+Status Engine::forward(const AttentionArgs& args, CUstream stream) { return impl_->forward(args, stream, nullptr); }
+
+Status Engine::forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream) {
+  return impl_->forward(args, stream, &tiling);
+}
 
 Result<KernelVariant> Engine::plan(const AttentionArgs& args, const std::string& arch) const {
   auto a = Arch::parse(arch);

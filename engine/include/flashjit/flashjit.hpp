@@ -87,6 +87,9 @@ class Engine {
   // written. Compiles the variant on first use in this context; later calls only launch.
   Status forward(const AttentionArgs& args, CUstream stream = nullptr);
 
+  // forward() with an explicit tiling instead of the engine's choice (benchmarks, tuning).
+  Status forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream = nullptr);
+
   // The variant forward() would run for these arguments on this arch (no GPU needed).
   Result<KernelVariant> plan(const AttentionArgs& args, const std::string& arch) const;
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Times flashjit (through its C ABI, ctypes) against PyTorch SDPA's flash and cudnn backends in
+the same process, on the prefill grid of shared/notes/anchors.md: fp16, B*S = 16384 tokens,
+Hq*D = 2048. CUDA events, warm-up, median; inputs are random normal and larger than L2 (64 MiB
+per tensor). Also checks flashjit's output against SDPA's math backend in float64 on a slice.
+
+    python3 bench/sdpa_compare.py --lib build/libflashjit.so --out bench/results/h100.md
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit_ctypes as fj  # noqa: E402
+
+
+def median_ms(fn, warmup=5, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def flops(b, h, s, d, causal):
+    f = 4.0 * b * h * s * s * d
+    return f / 2 if causal else f
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", default="build/libflashjit.so")
+    p.add_argument("--dims", default="64,128,256")
+    p.add_argument("--seqs", default="1024,4096,16384")
+    p.add_argument("--tokens", type=int, default=16384)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    p.add_argument("--out", help="markdown table to write")
+    p.add_argument("--json", help="raw results to write")
+    a = p.parse_args()
+
+    lib = fj.load(a.lib)
+    dt = getattr(torch, a.dtype)
+    dev = torch.cuda.get_device_name()
+    rows = []
+    torch.manual_seed(0)
+    for d in [int(x) for x in a.dims.split(",")]:
+        for s in [int(x) for x in a.seqs.split(",")]:
+            b, h = a.tokens // s, a.hidden // d
+            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+            o = torch.empty_like(q)
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants [B, H, S, D] views
+            for causal in (False, True):
+                args = fj.make_args(q, k, v, o, causal=causal)
+                stream = torch.cuda.current_stream().cuda_stream
+                r = {"D": d, "S": s, "B": b, "H": h, "causal": causal}
+                fl = flops(b, h, s, d, causal)
+                r["flashjit"] = fl / median_ms(lambda: fj.forward_args(lib, args, stream)) / 1e9
+                for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        with sdpa_kernel(backend):
+                            r[name] = fl / median_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)) / 1e9
+                    except RuntimeError as e:  # backend unavailable for this shape
+                        r[name] = None
+                        print("  %s unavailable: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
+                # Correctness on one head of one batch against float64.
+                fj.forward_args(lib, args, stream)
+                torch.cuda.synchronize()
+                ref = F.scaled_dot_product_attention(qt[:1, :1].double(), kt[:1, :1].double(), vt[:1, :1].double(),
+                                                     is_causal=causal)
+                got = o[:1, :, :1].transpose(1, 2).double()
+                r["rel_l2"] = float((got - ref).norm() / ref.norm())
+                r["ratio_flash"] = r["flashjit"] / r["sdpa_flash"] if r["sdpa_flash"] else None
+                r["ratio_cudnn"] = r["flashjit"] / r["sdpa_cudnn"] if r["sdpa_cudnn"] else None
+                rows.append(r)
+                print("D=%3d S=%5d causal=%d  flashjit %6.1f  flash %6s  cudnn %6s  ratio/flash %s  rel_l2 %.1e" % (
+                    d, s, causal, r["flashjit"], "%.1f" % r["sdpa_flash"] if r["sdpa_flash"] else "-",
+                    "%.1f" % r["sdpa_cudnn"] if r["sdpa_cudnn"] else "-",
+                    "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"]), flush=True)
+            del q, k, v, o
+    try:
+        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
+    except Exception:
+        commit = os.environ.get("FLASHJIT_COMMIT", "unknown")
+    meta = {"device": dev, "date": datetime.date.today().isoformat(), "commit": commit, "torch": torch.__version__,
+            "dtype": a.dtype, "flashjit": fj_version(lib)}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("# Prefill forward, %s, B*S = %d tokens, Hq*D = %d (TFLOP/s)\n\n" % (a.dtype, a.tokens, a.hidden))
+            f.write("Device: %s; date: %s; commit: %s; PyTorch %s; %s.\n" % (dev, meta["date"], commit, torch.__version__, meta["flashjit"]))
+            f.write("Same process, CUDA events, 5 warm-up + median of 20, random normal inputs.\n\n")
+            f.write("| D | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN | rel. L2 vs fp64 |\n")
+            f.write("|---|---|---|---|---|---|---|---|---|\n")
+            fmt = lambda x: "%.0f" % x if x else "–"
+            rat = lambda x: "%.2f" % x if x else "–"
+            for r in rows:
+                f.write("| %d | %d | %s | %s | %s | %s | %s | %s | %.1e |\n" % (
+                    r["D"], r["S"], "yes" if r["causal"] else "no", fmt(r["flashjit"]), fmt(r["sdpa_flash"]),
+                    fmt(r["sdpa_cudnn"]), rat(r["ratio_flash"]), rat(r["ratio_cudnn"]), r["rel_l2"]))
+
+
+def fj_version(lib):
+    return lib.flashjit_version().decode()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+// Shared state of the GPU suite: one context and one engine for all test cases.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+
+#include "common/attention_case.hpp"
+
+namespace flashjit::gpu_test {
+
+struct Fixture {
+  tools::GpuContext gpu;
+  std::unique_ptr<Engine> engine;
+  static Fixture& get() {
+    static Fixture f{tools::GpuContext::open(0).value(), Engine::create().value()};
+    return f;
+  }
+};
+
+// Bound on relative L2 error against the float64 reference, by dtype. fp16 keeps 11 bits and
+// bf16 8 bits of the probabilities fed to the second product; tf32 has fp16's mantissa.
+inline double tolerance(const tools::CaseSpec& s) {
+  switch (s.dtype) {
+    case DType::f16: return 2e-3;
+    case DType::bf16: return 1e-2;
+    case DType::f32: return s.fp32_math == Fp32Math::tf32 ? 2e-3 : 1e-5;
+  }
+  return 0;
+}
+
+// Poisons the output, runs the engine, checks every element against the reference.
+inline void run_and_check(const tools::CaseSpec& spec) {
+  Fixture& f = Fixture::get();
+  INFO(spec.describe());
+  auto c = tools::AttentionCase::create(f.gpu, spec);
+  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
+  REQUIRE(c->poison().ok());
+  auto st = f.engine->forward(c->args(), nullptr);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+  REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
+  auto r = c->check();
+  REQUIRE(r.ok());
+  const double tol = tolerance(spec);
+  std::printf("  %-70s rel_l2 %.2e (bound %.0e) max_abs %.2e%s\n", spec.describe().c_str(), r->rel_l2, tol, r->max_abs,
+              spec.lse ? (" lse_err " + std::to_string(r->lse_max_abs)).c_str() : "");
+  CHECK(r->unwritten == 0);
+  CHECK(r->rel_l2 <= tol);
+  if (spec.lse) {
+    CHECK(r->lse_bad == 0);
+    CHECK(r->lse_max_abs <= (spec.dtype == DType::f32 && spec.fp32_math == Fp32Math::exact ? 1e-4 : 1e-2));
+  }
+}
+
+}  // namespace flashjit::gpu_test

@@ -1,0 +1,119 @@
+// Correctness of the forward kernels on a real GPU against a float64 CPU reference.
+#include "gpu_fixture.hpp"
+
+using namespace flashjit;
+using flashjit::gpu_test::run_and_check;
+using tools::CaseSpec;
+using tools::Layout;
+
+namespace {
+
+CaseSpec spec(DType dt, std::int64_t sq, std::int64_t sk, std::int64_t d, Mask m, std::uint64_t seed) {
+  CaseSpec s;
+  s.dtype = dt;
+  s.batch = 2;
+  s.heads_q = s.heads_kv = 2;
+  s.seqlen_q = sq;
+  s.seqlen_k = sk;
+  s.head_dim_qk = s.head_dim_v = d;
+  s.mask = m;
+  s.seed = seed;
+  return s;
+}
+
+struct DtypeCase {
+  DType dtype;
+  Fp32Math math;
+};
+const DtypeCase kDtypes[] = {{DType::f16, Fp32Math::exact}, {DType::bf16, Fp32Math::exact},
+                             {DType::f32, Fp32Math::exact}, {DType::f32, Fp32Math::tf32}};
+
+}  // namespace
+
+TEST_CASE("every dtype, head dim and short sequence length, causal and not") {
+  std::uint64_t seed = 100;
+  for (const auto& dc : kDtypes)
+    for (std::int64_t d : {48, 80, 96, 128, 200, 256})
+      for (std::int64_t s : {1, 3, 127, 1000})
+        for (Mask m : {Mask::none, Mask::causal}) {
+          CaseSpec c = spec(dc.dtype, s, s, d, m, ++seed);
+          c.fp32_math = dc.math;
+          c.lse = (seed % 3) == 0;
+          run_and_check(c);
+        }
+}
+
+TEST_CASE("long sequences: S = 4096") {
+  for (const auto& dc : kDtypes)
+    for (std::int64_t d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        CaseSpec c = spec(dc.dtype, 4096, 4096, d, m, 7 + d);
+        c.batch = 1;
+        c.fp32_math = dc.math;
+        c.lse = true;
+        run_and_check(c);
+      }
+}
+
+TEST_CASE("GQA 8:1 and MQA") {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CaseSpec c = spec(dt, 333, 333, 128, Mask::causal, 11);
+    c.heads_q = 8;
+    c.heads_kv = 1;
+    c.lse = true;
+    run_and_check(c);
+    c.heads_q = 16;
+    c.heads_kv = 2;  // 8:1 with two groups
+    c.mask = Mask::none;
+    run_and_check(c);
+  }
+}
+
+TEST_CASE("cross attention and causal with Sq != Sk (bottom-right aligned)") {
+  for (DType dt : {DType::f16, DType::f32}) {
+    for (auto [sq, sk] : {std::pair<std::int64_t, std::int64_t>{127, 1000}, {1000, 127}, {1, 4096}, {300, 77}})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        CaseSpec c = spec(dt, sq, sk, 64, m, 21 + sq);
+        c.lse = true;  // rows that see no key: zeros and lse = -inf
+        run_and_check(c);
+      }
+  }
+}
+
+TEST_CASE("odd and unequal head dims") {
+  for (DType dt : {DType::f16, DType::bf16, DType::f32})
+    for (auto [dq, dv] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 5}, {33, 33}, {192, 128}, {64, 200}, {256, 32}}) {
+      CaseSpec c = spec(dt, 257, 190, dq, Mask::causal, 31 + dq);
+      c.head_dim_v = dv;
+      c.lse = true;
+      run_and_check(c);
+    }
+}
+
+TEST_CASE("strided views: [B,H,S,D], padded and misaligned rows, strided head dim, packed QKV") {
+  for (DType dt : {DType::f16, DType::bf16, DType::f32})
+    for (Layout l : {Layout::bhsd, Layout::padded, Layout::strided_d, Layout::packed_qkv})
+      for (Mask m : {Mask::none, Mask::causal}) {
+        CaseSpec c = spec(dt, 200, 200, 64, m, 41);
+        c.layout = l;
+        run_and_check(c);
+      }
+}
+
+TEST_CASE("softmax scale and repeated calls compile once") {
+  auto& f = gpu_test::Fixture::get();
+  CaseSpec s = spec(DType::f16, 129, 129, 64, Mask::none, 51);
+  auto c = tools::AttentionCase::create(f.gpu, s);
+  REQUIRE(c.ok());
+  const auto before = f.engine->stats();
+  for (int i = 0; i < 5; ++i) REQUIRE(f.engine->forward(c->args(), nullptr).ok());
+  const auto after = f.engine->stats();
+  CHECK(after.compiles - before.compiles <= 1);
+  CHECK(after.cache_hits - before.cache_hits >= 4);
+}
+
+TEST_CASE("zero keys give zeros and -inf lse") {
+  CaseSpec s = spec(DType::f16, 64, 0, 64, Mask::none, 61);
+  s.lse = true;
+  run_and_check(s);
+}

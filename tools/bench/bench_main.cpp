@@ -1,0 +1,128 @@
+// flashjit-bench: times forward variants with CUDA events on the prefill grid of anchors.md
+// (B*S tokens and Hq*D fixed, so every shape moves the same bytes) and prints TFLOP/s.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/attention_case.hpp"
+#include "kernel_family.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+std::vector<int> parse_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+Result<Tiling> parse_tiling(const std::string& t) {
+  Tiling x;
+  if (std::sscanf(t.c_str(), "m%dn%dw%ds%d", &x.block_m, &x.block_n, &x.warps, &x.stages) != 4)
+    return Error(Code::invalid_argument, "--tilings entries look like m128n64w4s2, got '" + t + "'");
+  return x;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
+  std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both";
+  int tokens = 16384, hidden = 2048, warmup = 5, reps = 20;
+  app.add_option("--dims", dims, "head dims, comma separated")->capture_default_str();
+  app.add_option("--seqs", seqs, "sequence lengths, comma separated")->capture_default_str();
+  app.add_option("--tokens", tokens, "batch * seq, fixed across the grid")->capture_default_str();
+  app.add_option("--hidden", hidden, "heads * head dim, fixed across the grid")->capture_default_str();
+  app.add_option("--dtype", dtype, "f16, bf16, f32 or tf32")->capture_default_str();
+  app.add_option("--causal", causal, "no, yes or both")->capture_default_str();
+  app.add_option("--tilings", tilings, "default, all (every candidate), or a list like m128n64w4s2,m64n64w4s2")
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
+  app.add_option("--reps", reps, "timed calls; the median is reported")->capture_default_str();
+  app.add_option("--json", json_path, "also write results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto gpu = tools::GpuContext::open(0);
+  if (!gpu.ok()) {
+    std::fprintf(stderr, "flashjit-bench needs a GPU: %s\n", gpu.error().to_string().c_str());
+    return 2;
+  }
+  auto engine = Engine::create().value();
+  const auto& info = gpu->info();
+  std::printf("device: %s (%s, %d SMs, L2 %lld MiB)\n", info.name.c_str(), info.arch.c_str(), info.sm_count,
+              (long long)(info.l2_bytes >> 20));
+  const Arch arch = Arch::parse(info.arch).value();
+
+  tools::CaseSpec base;
+  if (dtype == "f16") base.dtype = DType::f16;
+  else if (dtype == "bf16") base.dtype = DType::bf16;
+  else if (dtype == "f32") base.dtype = DType::f32;
+  else if (dtype == "tf32") base.dtype = DType::f32, base.fp32_math = Fp32Math::tf32;
+  else throw CLI::ValidationError("--dtype", "must be f16, bf16, f32 or tf32");
+  std::vector<bool> masks;
+  if (causal != "yes") masks.push_back(false);
+  if (causal != "no") masks.push_back(true);
+
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("%-5s %-6s %-6s %-4s %-14s %9s %9s\n", "D", "S", "causal", "B", "tiling", "ms", "TFLOP/s");
+  for (int d : parse_list(dims)) {
+    for (int s : parse_list(seqs)) {
+      tools::CaseSpec spec = base;
+      spec.batch = std::max(1, tokens / s);
+      spec.seqlen_q = spec.seqlen_k = s;
+      spec.heads_q = spec.heads_kv = std::max(1, hidden / d);
+      spec.head_dim_qk = spec.head_dim_v = d;
+      auto c = tools::AttentionCase::create(*gpu, spec, /*keep_host=*/false);
+      if (!c.ok()) {
+        std::fprintf(stderr, "%s\n", c.error().to_string().c_str());
+        return 1;
+      }
+      for (bool m : masks) {
+        AttentionArgs args = c->args();
+        args.mask = m ? Mask::causal : Mask::none;
+        spec.mask = args.mask;
+        auto variant = engine->plan(args, arch.name()).value();
+        std::vector<Tiling> list;
+        if (tilings == "default") list = {variant.tiling};
+        else if (tilings == "all") list = find_family(variant.family)->candidate_tilings(arch, variant.semantics);
+        else
+          for (std::stringstream ss(tilings); ss.good();) {
+            std::string t;
+            std::getline(ss, t, ',');
+            auto parsed = parse_tiling(t);
+            if (!parsed.ok()) throw CLI::ValidationError("--tilings", parsed.error().message());
+            list.push_back(parsed.value());
+          }
+        for (const Tiling& t : list) {
+          auto ms = tools::time_ms(gpu->driver(), [&](int) { return engine->forward_with_tiling(args, t); }, warmup, reps);
+          const double tflops = ms.ok() ? tools::attention_flops(spec) / (ms.value() * 1e-3) / 1e12 : 0;
+          std::printf("%-5d %-6d %-6s %-4lld %-14s %9.3f %9.1f%s\n", d, s, m ? "yes" : "no", (long long)spec.batch,
+                      t.name().c_str(), ms.ok() ? ms.value() : 0.0, tflops, t == variant.tiling ? "  (default)" : "");
+          if (!ms.ok()) std::printf("      failed: %s\n", ms.error().to_string().c_str());
+          std::fflush(stdout);
+          results.push_back({{"D", d}, {"S", s}, {"B", spec.batch}, {"H", spec.heads_q}, {"causal", m},
+                             {"dtype", dtype}, {"tiling", t.name()}, {"default", t == variant.tiling},
+                             {"ms", ms.ok() ? ms.value() : -1}, {"tflops", tflops}});
+        }
+      }
+    }
+  }
+  if (!json_path.empty()) {
+    std::ofstream(json_path) << nlohmann::json{{"device", info.name}, {"arch", info.arch}, {"results", results}}.dump(1);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashjit-bench: %s\n", e.what());
+    return 1;
+  }
+}
