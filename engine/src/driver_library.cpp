@@ -1,13 +1,21 @@
 #include "driver_library.hpp"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 namespace flashjit {
+
+#define FJ_DRIVER_CHECK(name, version)                                                 \
+  static_assert(std::is_same_v<decltype(&::name), PFN_##name##_v##version>,           \
+                #name ": the requested ABI version must match the prototype we call");
+FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_CHECK)
+#undef FJ_DRIVER_CHECK
 
 static Result<DriverLibrary> open_driver() {
   const char* override_path = std::getenv("FLASHJIT_LIBCUDA_PATH");
@@ -27,14 +35,12 @@ static Result<DriverLibrary> open_driver() {
   DriverLibrary lib;
   if (get_version(&lib.driver_version) != CUDA_SUCCESS)
     return Error(Code::driver_error, "cuDriverGetVersion failed");
-  // Ask for the ABI this file was compiled against, or the driver's own if that is older.
-  const int abi = std::min(CUDA_VERSION, lib.driver_version);
   std::string missing;
-#define FJ_DRIVER_LOAD(name)                                                                    \
+#define FJ_DRIVER_LOAD(name, version)                                                                  \
   {                                                                                             \
     void* fn = nullptr;                                                                         \
     CUdriverProcAddressQueryResult status{};                                                    \
-    if (get_proc(#name, &fn, abi, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||      \
+    if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS ||  \
         status != CU_GET_PROC_ADDRESS_SUCCESS || !fn)                                           \
       missing += " " #name;                                                                     \
     else                                                                                        \

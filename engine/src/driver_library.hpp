@@ -1,5 +1,5 @@
 // The CUDA driver, opened at run time so the library and tools load on machines without a GPU.
-// Every entry point comes from cuGetProcAddress at the toolkit's CUDA_VERSION: dlsym of plain
+// Every entry point comes from cuGetProcAddress at the ABI version of the prototype we call: dlsym of plain
 // names returns legacy ABIs (cuMemAlloc is not cuMemAlloc_v2), which fail silently.
 #pragma once
 
@@ -11,21 +11,27 @@
 
 namespace flashjit {
 
-// X-macro of every driver call flashjit makes. decltype(&::name) picks the signature cuda.h maps
-// the name to (cuMemAlloc -> cuMemAlloc_v2), and #name is the base name cuGetProcAddress takes.
+// X-macro of every driver call flashjit makes, each with the ABI version whose signature cuda.h
+// declares for that name. The version matters: cuGetProcAddress at CUDA_VERSION 13000 returns
+// cuCtxSynchronize(CUcontext) and cuStreamGetCtx(stream, ctx*, greenCtx*), which called through
+// the older prototypes fail with CONTEXT_IS_DESTROYED or worse. static_asserts in
+// driver_library.cpp tie each version to the prototype (cudaTypedefs.h PFN_<name>_v<version>).
 #define FLASHJIT_DRIVER_FUNCTIONS(X)                                                             \
-  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName)          \
-  X(cuDeviceGetAttribute) X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain)                        \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)           \
-  X(cuCtxSynchronize) X(cuStreamGetCtx) X(cuStreamSynchronize) X(cuStreamCreate)                 \
-  X(cuStreamDestroy) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                \
-  X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree)       \
-  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuMemsetD32) X(cuMemGetInfo) X(cuEventCreate)  \
-  X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)                 \
-  X(cuGetErrorName) X(cuGetErrorString) X(cuPointerGetAttribute)
+  X(cuInit, 2000) X(cuDriverGetVersion, 2020) X(cuDeviceGet, 2000) X(cuDeviceGetCount, 2000)    \
+  X(cuDeviceGetName, 2000) X(cuDeviceGetAttribute, 2000) X(cuDeviceTotalMem, 3020)              \
+  X(cuDevicePrimaryCtxRetain, 7000) X(cuDevicePrimaryCtxRelease, 11000)                         \
+  X(cuCtxGetCurrent, 4000) X(cuCtxSetCurrent, 4000) X(cuCtxGetDevice, 2000)                     \
+  X(cuCtxSynchronize, 2000) X(cuStreamGetCtx, 9020) X(cuStreamSynchronize, 2000)                \
+  X(cuStreamCreate, 2000) X(cuStreamDestroy, 4000) X(cuModuleLoadData, 2000)                    \
+  X(cuModuleUnload, 2000) X(cuModuleGetFunction, 2000) X(cuFuncGetAttribute, 2020)              \
+  X(cuFuncSetAttribute, 9000) X(cuLaunchKernel, 4000) X(cuMemAlloc, 3020) X(cuMemFree, 3020)    \
+  X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemsetD8, 3020) X(cuMemsetD32, 3020)          \
+  X(cuMemGetInfo, 3020) X(cuEventCreate, 2000) X(cuEventRecord, 2000)                           \
+  X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000) X(cuEventDestroy, 4000)               \
+  X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)
 
 struct DriverLibrary {
-#define FJ_DRIVER_MEMBER(name) decltype(&::name) name = nullptr;
+#define FJ_DRIVER_MEMBER(name, version) decltype(&::name) name = nullptr;
   FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_MEMBER)
 #undef FJ_DRIVER_MEMBER
 

@@ -45,8 +45,10 @@ class Fa2Sm80 final : public KernelFamily {
     if (s.dtype == DType::f32) {
       t = {64, d <= 128 ? 32 : 16, 4, 2};
     } else if (d <= 64) {
-      t = {128, 64, 4, 2};
+      // H200, D=64, S=4096: 339 TFLOP/s non-causal and 306 causal, against 270 / 247 for 128x64.
+      t = {128, 128, 4, 2};
     } else if (d <= 128) {
+      // H200, D=128, S=4096: the best of 34 candidates both causal (286) and not (327).
       t = {128, 64, 4, 2};
     } else {
       t = {128, 64, 8, 2};
