@@ -1,0 +1,226 @@
+// DiskCache management: walking the folder for scan/list/verify, and removing things for
+// prune/clear. Lookups and stores are in disk_cache.cpp.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+
+#include "cache/atomic_file.hpp"
+#include "cache/disk_cache.hpp"
+#include "cache/disk_cache_state.hpp"
+#include "cache/entry_file.hpp"
+#include "cache/file_lock.hpp"
+
+namespace flashjit::cache {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::chrono::system_clock::time_point to_time_point(const timespec& ts) {
+  return std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
+// The key an entry file claims by its place and name; content_hash holds only the name's prefix.
+EntryKey key_from_file_name(const ScannedEntry& e) {
+  auto parsed = parse_entry_file_name(file_name(e.path));
+  return EntryKey{e.arch, parsed ? parsed->name : std::string(), parsed ? parsed->hash_prefix : std::string()};
+}
+
+// Checks that the identity stored in a header agrees with the file's arch folder and name, so an
+// entry copied or renamed to another key's place is caught. Returns the full key, or the problem.
+Result<EntryKey> key_from_header(const ScannedEntry& e, const std::string& stored_identity) {
+  auto claimed = key_from_file_name(e);
+  auto stored = parse_entry_identity(stored_identity);
+  if (!stored)
+    return Error(Code::corrupt, "stored key '" + stored_identity + "' is malformed").with("reason", "malformed key");
+  if (stored->arch != claimed.arch || stored->name != claimed.name ||
+      stored->content_hash.compare(0, kFileHashDigits, claimed.content_hash) != 0)
+    return Error(Code::corrupt, "stored key '" + stored_identity + "' does not match the file's place")
+        .with("reason", "key does not match file name");
+  return std::move(stored).value();
+}
+
+std::string reason_of(const Error& e) { return e.detail("reason").value_or(e.message()); }
+
+// Stale temp files and unheld lock files: what a crashed or finished writer leaves behind.
+struct Leftovers {
+  std::uint64_t temp_files = 0;
+  std::uint64_t lock_files = 0;
+};
+Result<Leftovers> remove_leftovers(DiskCache::State& s, const ScanResult& scan) {
+  Leftovers out;
+  for (const std::string& path : scan.temp_files) {
+    if (!is_stale_temp(path)) continue;  // a live writer is still filling it
+    if (::unlink(path.c_str()) == 0) {
+      out.temp_files += 1;
+      s.log("removed stale temp file '" + path + "'");
+    }
+  }
+  for (const std::string& path : scan.lock_files) {
+    auto removed = remove_lock_file_if_unheld(path);
+    if (!removed) return std::move(removed).error();
+    if (*removed) out.lock_files += 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ScanResult> scan_files(const DiskCache::State& s, const std::optional<std::string>& arch) {
+  ScanResult out;
+  if (arch) {
+    auto dir = s.dir.existing_arch_dir(*arch);
+    if (!dir) {
+      if (dir.error().code() == Code::not_found) return out;
+      return std::move(dir).error();
+    }
+    out.arches.push_back(*arch);
+  } else {
+    auto arches = s.dir.arches();
+    if (!arches) return std::move(arches).error();
+    out.arches = std::move(arches).value();
+  }
+  for (const std::string& a : out.arches) {
+    std::string dir = s.dir.arch_path(a);
+    auto files = list_dir(dir);
+    if (!files) {
+      if (files.error().code() == Code::not_found) continue;  // removed while we walked
+      return std::move(files).error();
+    }
+    for (const DirEntry& f : *files) {
+      std::string path = join_path(dir, f.name);
+      if (f.name.compare(0, std::string(kTempPrefix).size(), kTempPrefix) == 0) {
+        if (f.is_regular) out.temp_files.push_back(path);
+        continue;
+      }
+      if (!f.is_regular || !parse_entry_file_name(f.name)) continue;
+      struct stat st{};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      out.entries.push_back(ScannedEntry{a, path, static_cast<std::uint64_t>(st.st_size), st.st_mtim,
+                                         FileId{static_cast<unsigned long long>(st.st_dev),
+                                                static_cast<unsigned long long>(st.st_ino)}});
+    }
+    auto locks = list_dir(s.dir.locks_path(a));
+    if (!locks) continue;  // no locks/ folder yet
+    for (const DirEntry& f : *locks)
+      if (f.is_regular && ends_with(f.name, kLockExtension)) out.lock_files.push_back(join_path(s.dir.locks_path(a), f.name));
+  }
+  return out;
+}
+
+Result<Summary> DiskCache::scan() const {
+  auto found = scan_files(*s_, std::nullopt);
+  if (!found) return std::move(found).error();
+  Summary out;
+  std::map<std::string, ArchSummary> by_arch;
+  for (const std::string& a : found->arches) by_arch[a].arch = a;
+  for (const ScannedEntry& e : found->entries) {
+    ArchSummary& a = by_arch[e.arch];
+    a.entries += 1;
+    a.bytes += e.bytes;
+    out.entries += 1;
+    out.bytes += e.bytes;
+  }
+  for (auto& [name, summary] : by_arch) out.arches.push_back(summary);
+  out.temp_files = found->temp_files.size();
+  out.lock_files = found->lock_files.size();
+  return out;
+}
+
+Result<std::vector<EntryInfo>> DiskCache::list(const std::optional<std::string>& arch) const {
+  if (arch) FJ_TRY(validate_arch(*arch));
+  auto found = scan_files(*s_, arch);
+  if (!found) return std::move(found).error();
+  std::vector<EntryInfo> out;
+  for (const ScannedEntry& e : found->entries) {
+    EntryInfo info{key_from_file_name(e), e.path, e.bytes, to_time_point(e.mtime), {}};
+    auto header = read_entry_header(e.path);
+    if (!header) {
+      if (header.error().code() == Code::not_found) continue;  // removed meanwhile
+      if (header.error().code() != Code::corrupt) return std::move(header).error();
+      info.problem = reason_of(header.error());
+    } else if (auto key = key_from_header(e, header->key); !key) {
+      info.problem = reason_of(key.error());
+    } else {
+      info.key = std::move(key).value();
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+Result<VerifyReport> DiskCache::verify(bool remove_bad) {
+  auto found = scan_files(*s_, std::nullopt);
+  if (!found) return std::move(found).error();
+  VerifyReport out;
+  for (const ScannedEntry& e : found->entries) {
+    FileId id = e.id;
+    std::optional<Error> problem;
+    auto header = read_entry_header(e.path);
+    if (!header) {
+      if (header.error().code() == Code::not_found) continue;
+      problem = std::move(header).error();
+    } else if (auto key = key_from_header(e, header->key); !key) {
+      problem = std::move(key).error();
+    } else if (auto payload = read_entry(e.path, header->key, &id); !payload) {
+      if (payload.error().code() == Code::not_found) continue;
+      problem = std::move(payload).error();
+    }
+    out.checked += 1;
+    if (!problem) {
+      out.good += 1;
+      continue;
+    }
+    out.bad.push_back(BadEntry{e.path, reason_of(*problem)});
+    if (remove_bad && remove_bad_entry(e.path, id, /*holding_key_lock=*/false)) {
+      out.removed += 1;
+      s_->log("verify removed '" + e.path + "': " + reason_of(*problem));
+    }
+  }
+  return out;
+}
+
+Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
+  auto lock = FileLock::acquire(s_->maintenance_lock_path());
+  if (!lock) return std::move(lock).error();
+  auto evicted = evict_lru(*s_, max_bytes, /*protect_path=*/"");
+  if (!evicted) return std::move(evicted).error();
+  auto found = scan_files(*s_, std::nullopt);
+  if (!found) return std::move(found).error();
+  auto left = remove_leftovers(*s_, *found);
+  if (!left) return std::move(left).error();
+  PruneReport out;
+  out.evicted = evicted->evicted;
+  out.bytes_freed = evicted->bytes_freed;
+  out.bytes_after = evicted->bytes_after;
+  out.temp_files_removed = left->temp_files;
+  out.lock_files_removed = left->lock_files;
+  return out;
+}
+
+Result<ClearReport> DiskCache::clear(const std::optional<std::string>& arch) {
+  if (arch) FJ_TRY(validate_arch(*arch));
+  auto lock = FileLock::acquire(s_->maintenance_lock_path());
+  if (!lock) return std::move(lock).error();
+  auto found = scan_files(*s_, arch);
+  if (!found) return std::move(found).error();
+  ClearReport out;
+  for (const ScannedEntry& e : found->entries) {
+    if (::unlink(e.path.c_str()) != 0) continue;  // already gone
+    out.entries_removed += 1;
+    out.bytes_freed += e.bytes;
+  }
+  auto left = remove_leftovers(*s_, *found);
+  if (!left) return std::move(left).error();
+  out.temp_files_removed = left->temp_files;
+  out.lock_files_removed = left->lock_files;
+  s_->log("cleared " + std::to_string(out.entries_removed) + " entries (" + std::to_string(out.bytes_freed) +
+          " bytes) from " + (arch ? "arch " + *arch : std::string("all arches")));
+  return out;
+}
+
+}  // namespace flashjit::cache

@@ -1,0 +1,105 @@
+#include "cache/atomic_file.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_test_util.hpp"
+
+using namespace flashjit;
+using namespace flashjit::cache;
+using namespace flashjit::cache::test;
+
+TEST_CASE("atomic_file: temp names encode the writer pid") {
+  std::string a = make_temp_name();
+  std::string b = make_temp_name();
+  CHECK(a != b);
+  CHECK(a.rfind(".tmp-" + std::to_string(::getpid()) + "-", 0) == 0);
+  CHECK(temp_name_pid(a) == static_cast<long>(::getpid()));
+  CHECK(temp_name_pid(".tmp-42-abc") == 42L);
+  CHECK_FALSE(temp_name_pid("x.tmp-42-abc").has_value());
+  CHECK_FALSE(temp_name_pid(".tmp--abc").has_value());
+  CHECK_FALSE(temp_name_pid(".tmp-42").has_value());
+  CHECK_FALSE(temp_name_pid(".tmp-0-ab").has_value());
+}
+
+TEST_CASE("atomic_file: commit publishes the whole file and leaves no temp file") {
+  TempDir dir;
+  std::string path = dir / "out";
+  write_file(path, "old contents");
+  auto w = AtomicFileWriter::create(path);
+  REQUIRE(w.ok());
+  CHECK(parent_path(w->temp_path()) == dir.path());
+  REQUIRE(w->write("new ").ok());
+  CHECK(read_file(path) == "old contents");  // readers still see the old file mid-write
+  REQUIRE(w->write("contents").ok());
+  timespec stamp{1000000000, 123456789};
+  REQUIRE(w->commit(stamp).ok());
+  CHECK(read_file(path) == "new contents");
+  CHECK(mode_of(path) == 0600);
+  struct stat st{};
+  ::stat(path.c_str(), &st);
+  CHECK(st.st_mtim.tv_sec == stamp.tv_sec);
+  CHECK(count_with_prefix(dir.path(), ".tmp-") == 0);
+  CHECK_FALSE(w->write("more").ok());  // finished
+}
+
+TEST_CASE("atomic_file: an abandoned writer removes its temp file") {
+  TempDir dir;
+  {
+    auto w = AtomicFileWriter::create(dir / "out");
+    REQUIRE(w.ok());
+    REQUIRE(w->write("partial").ok());
+    CHECK(count_with_prefix(dir.path(), ".tmp-") == 1);
+  }
+  CHECK(count_with_prefix(dir.path(), ".tmp-") == 0);
+  CHECK_FALSE(exists(dir / "out"));
+  CHECK(write_file_atomic(dir / "out", "x").ok());
+  CHECK(read_file(dir / "out") == "x");
+}
+
+TEST_CASE("atomic_file: creating in a missing folder fails with the path named") {
+  TempDir dir;
+  auto w = AtomicFileWriter::create(dir / "missing/out");
+  REQUIRE_FALSE(w.ok());
+  CHECK(w.error().code() == Code::io_error);
+  CHECK(w.error().message().find(dir / "missing/out") != std::string::npos);
+}
+
+TEST_CASE("atomic_file: a writer killed mid-write leaves only a stale temp file") {
+  TempDir dir;
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto w = AtomicFileWriter::create(dir / "out");
+    if (!w.ok() || !w->write("half of the da").ok()) ::_exit(1);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(2);
+  }
+  char c;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::kill(child, SIGKILL);
+  CHECK(wait_child(child) == 128 + SIGKILL);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK_FALSE(exists(dir / "out"));
+  REQUIRE(count_with_prefix(dir.path(), ".tmp-") == 1);
+  std::string temp;
+  for (const auto& f : files_in(dir.path())) temp = dir / f;
+  CHECK(is_stale_temp(temp));  // its pid is gone
+}
+
+TEST_CASE("atomic_file: a live writer's temp file is stale only when old") {
+  TempDir dir;
+  std::string temp = dir / make_temp_name();  // our own pid: alive
+  write_file(temp, "x");
+  CHECK_FALSE(is_stale_temp(temp));
+  timespec old[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
+  ::utimensat(AT_FDCWD, temp.c_str(), old, 0);
+  CHECK(is_stale_temp(temp));
+  CHECK_FALSE(is_stale_temp(dir / ".tmp-1-gone"));  // no file: nothing to clean
+}

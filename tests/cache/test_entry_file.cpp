@@ -1,0 +1,144 @@
+#include "cache/entry_file.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include "cache/le_codec.hpp"
+#include "cache_test_util.hpp"
+
+using namespace flashjit;
+using namespace flashjit::cache;
+using namespace flashjit::cache::test;
+
+namespace {
+
+const std::string kKey = "sm_90a/kernel/0123456789abcdef0123456789abcdef";
+
+std::string payload() {
+  std::string p;
+  for (int i = 0; i < 1000; ++i) p.push_back(static_cast<char>(i * 7));
+  return p;
+}
+
+void check_corrupt(const std::string& path, const std::string& expected_key, const std::string& reason_part) {
+  FileId id;
+  auto r = read_entry(path, expected_key, &id);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::corrupt);
+  CHECK(r.error().message().find(path) != std::string::npos);
+  auto reason = r.error().detail("reason");
+  REQUIRE(reason.has_value());
+  CHECK_MESSAGE(reason->find(reason_part) != std::string::npos, *reason);
+  CHECK(id == file_id_of_path(path).value());  // says which file it judged
+}
+
+}  // namespace
+
+TEST_CASE("entry_file: write then read round trip, header as documented") {
+  TempDir dir;
+  std::string path = dir / "e.fjk";
+  REQUIRE(write_entry(path, kKey, payload()).ok());
+  auto r = read_entry(path, kKey);
+  REQUIRE(r.ok());
+  CHECK(*r == payload());
+
+  std::string bytes = read_file(path);
+  CHECK(bytes.size() == entry_file_bytes(kKey.size(), payload().size()));
+  CHECK(bytes.compare(0, 8, "FJKCACHE") == 0);
+  CHECK(get_le(bytes.data() + 8, 4) == kEntryFormatVersion);
+  CHECK(get_le(bytes.data() + 12, 4) == kKey.size());
+  CHECK(bytes.compare(16, kKey.size(), kKey) == 0);
+  CHECK(get_le(bytes.data() + 16 + kKey.size(), 8) == payload().size());
+  CHECK(get_le(bytes.data() + 24 + kKey.size(), 8) == hash64(payload()));
+
+  auto h = read_entry_header(path);
+  REQUIRE(h.ok());
+  CHECK(h->key == kKey);
+  CHECK(h->payload_size == payload().size());
+  CHECK(h->header_bytes == 32 + kKey.size());
+  CHECK(count_with_prefix(dir.path(), ".tmp-") == 0);
+}
+
+TEST_CASE("entry_file: an empty payload is a valid entry") {
+  TempDir dir;
+  REQUIRE(write_entry(dir / "e.fjk", kKey, "").ok());
+  CHECK(read_entry(dir / "e.fjk", kKey).value().empty());
+}
+
+TEST_CASE("entry_file: a missing file is not_found, not corrupt") {
+  TempDir dir;
+  auto r = read_entry(dir / "none.fjk", kKey);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::not_found);
+}
+
+TEST_CASE("entry_file: every kind of damage is caught with its reason") {
+  TempDir dir;
+  std::string path = dir / "e.fjk";
+  auto fresh = [&] {
+    REQUIRE(write_entry(path, kKey, payload()).ok());
+    return read_file(path);
+  };
+
+  SUBCASE("truncated payload") {
+    std::string b = fresh();
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(b.size() - 10)) == 0);
+    check_corrupt(path, kKey, "payload bytes");
+  }
+  SUBCASE("truncated header") {
+    fresh();
+    REQUIRE(::truncate(path.c_str(), 10) == 0);
+    check_corrupt(path, kKey, "truncated header");
+  }
+  SUBCASE("empty file") {
+    write_file(path, "");
+    check_corrupt(path, kKey, "truncated header");
+  }
+  SUBCASE("extra bytes appended") {
+    write_file(path, fresh() + "x");
+    check_corrupt(path, kKey, "payload bytes");
+  }
+  SUBCASE("flipped payload byte") {
+    std::string b = fresh();
+    b[b.size() - 1] ^= 0x01;
+    write_file(path, b);
+    check_corrupt(path, kKey, "checksum");
+  }
+  SUBCASE("wrong magic") {
+    std::string b = fresh();
+    b[0] = 'X';
+    write_file(path, b);
+    check_corrupt(path, kKey, "bad magic");
+  }
+  SUBCASE("wrong version") {
+    std::string b = fresh();
+    b[8] = 99;
+    write_file(path, b);
+    check_corrupt(path, kKey, "format version 99");
+  }
+  SUBCASE("absurd key length") {
+    std::string b = fresh();
+    b[15] = 0x7f;
+    write_file(path, b);
+    check_corrupt(path, kKey, "key length");
+  }
+  SUBCASE("key mismatch") {
+    fresh();
+    check_corrupt(path, "sm_90a/kernel/ffffffffffffffff0123456789abcdef", "holds key");
+  }
+  SUBCASE("symlink instead of a file") {
+    fresh();
+    REQUIRE(::symlink(path.c_str(), (dir / "link.fjk").c_str()) == 0);
+    auto r = read_entry(dir / "link.fjk", kKey);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Code::corrupt);
+  }
+}
+
+TEST_CASE("entry_file: keys must fit the format") {
+  TempDir dir;
+  CHECK(write_entry(dir / "e.fjk", "", "x").error().code() == Code::invalid_argument);
+  CHECK(write_entry(dir / "e.fjk", std::string(kMaxEntryKeyBytes + 1, 'k'), "x").error().code() ==
+        Code::invalid_argument);
+  CHECK_FALSE(exists(dir / "e.fjk"));
+}

@@ -1,0 +1,81 @@
+#include "cache/posix_io.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache_test_util.hpp"
+
+using namespace flashjit;
+using namespace flashjit::cache;
+using namespace flashjit::cache::test;
+
+TEST_CASE("posix_io: open, write and read back") {
+  TempDir dir;
+  std::string path = dir / "f";
+  {
+    auto fd = open_fd(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd.ok());
+    REQUIRE(write_all(fd->get(), "hello world", path).ok());
+  }
+  auto fd = open_fd(path, O_RDONLY);
+  REQUIRE(fd.ok());
+  char buf[32];
+  auto n = read_up_to(fd->get(), buf, sizeof buf, path);
+  REQUIRE(n.ok());
+  CHECK(std::string(buf, *n) == "hello world");
+  CHECK((::fcntl(fd->get(), F_GETFD) & FD_CLOEXEC) != 0);
+}
+
+TEST_CASE("posix_io: a missing file is not_found and the message names the path") {
+  TempDir dir;
+  auto fd = open_fd(dir / "absent", O_RDONLY);
+  REQUIRE_FALSE(fd.ok());
+  CHECK(fd.error().code() == Code::not_found);
+  CHECK(fd.error().message().find(dir / "absent") != std::string::npos);
+  CHECK(fd.error().detail("path") == dir / "absent");
+}
+
+TEST_CASE("posix_io: list_dir is sorted and tells folders from files") {
+  TempDir dir;
+  write_file(dir / "b", "x");
+  write_file(dir / "a", "x");
+  ::mkdir((dir / "c").c_str(), 0700);
+  ::symlink("a", (dir / "d").c_str());
+  auto list = list_dir(dir.path());
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 4);
+  CHECK((*list)[0].name == "a");
+  CHECK((*list)[0].is_regular);
+  CHECK((*list)[2].name == "c");
+  CHECK((*list)[2].is_dir);
+  CHECK((*list)[3].name == "d");
+  CHECK_FALSE((*list)[3].is_regular);  // symlinks are never taken for files
+  CHECK_FALSE(list_dir(dir / "nope").ok());
+}
+
+TEST_CASE("posix_io: unlink_if_exists, file ids and fsync_dir") {
+  TempDir dir;
+  write_file(dir / "x", "1");
+  auto id1 = file_id_of_path(dir / "x");
+  REQUIRE(id1.ok());
+  CHECK(unlink_if_exists(dir / "x").ok());
+  CHECK(unlink_if_exists(dir / "x").ok());  // already gone is fine
+  CHECK_FALSE(exists(dir / "x"));
+  write_file(dir / "y", "2");
+  auto id2 = file_id_of_path(dir / "y");
+  REQUIRE(id2.ok());
+  CHECK(*id1 != FileId{});
+  CHECK(fsync_dir(dir.path()).ok());
+}
+
+TEST_CASE("posix_io: path helpers") {
+  CHECK(join_path("/a", "b") == "/a/b");
+  CHECK(join_path("/a/", "b") == "/a/b");
+  CHECK(parent_path("/a/b/c") == "/a/b");
+  CHECK(parent_path("/c") == "/");
+  CHECK(parent_path("c") == ".");
+  CHECK(file_name("/a/b/c.fjk") == "c.fjk");
+  CHECK(file_name("c") == "c");
+}
