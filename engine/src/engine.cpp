@@ -4,7 +4,10 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <future>
+
 #include "compiler.hpp"
+#include "kernel_binaries.hpp"
 #include "driver_library.hpp"
 #include "flashjit/flashjit.hpp"
 #include "kernel_family.hpp"
@@ -48,13 +51,23 @@ std::string version() {
 
 class Engine::Impl {
  public:
-  explicit Impl(EngineOptions o) : options_(std::move(o)) {
-    if (!options_.log) {
+  explicit Impl(EngineOptions o) : options_(with_env(std::move(o))), binaries_(options_.disk_cache, options_.cache_dir, options_.log) {
+    // NVRTC's version is part of every disk-cache key, and opening it costs ~10 ms: start now so
+    // the first call does not pay it.
+    nvrtc_preload_ = std::async(std::launch::async, [] { (void)NvrtcLibrary::get(); });
+  }
+
+  static EngineOptions with_env(EngineOptions o) {
+    if (!o.log) {
       const char* env = std::getenv("FLASHJIT_LOG");
       if (env && *env && std::string(env) != "0")
-        options_.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
+        o.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
     }
+    if (const char* d = std::getenv("FLASHJIT_DISK_CACHE"); d && std::string(d) == "0") o.disk_cache = false;
+    return o;
   }
+
+  KernelBinaries& binaries() { return binaries_; }
 
   void log(const std::string& m) const {
     if (options_.log) options_.log(m);
@@ -66,17 +79,16 @@ class Engine::Impl {
     return KernelVariant{family.value()->name(), s, family.value()->default_tiling(arch, s)};
   }
 
-  Result<CompileReport> compile(const KernelVariant& v, const Arch& arch) const {
-    FJ_TRY(check_variant(v, arch));
-    const KernelFamily* f = find_family(v.family);
-    auto compiled = compile_cubin({v.name(), render_source(*f, v), arch});
-    if (!compiled.ok()) return std::move(compiled).error().with("variant", v.name());
+  Result<CompileReport> compile(const KernelVariant& v, const Arch& arch) {
+    auto bin = binary_for(v, arch);
+    if (!bin.ok()) return std::move(bin).error();
     CompileReport r;
     r.variant = v;
     r.arch = arch.name();
-    r.cubin_bytes = compiled->cubin.size();
-    r.compile_ms = compiled->compile_ms;
-    r.nvrtc_log = compiled->log;
+    r.cubin_bytes = bin->cubin.size();
+    r.compile_ms = bin->compile_ms;
+    r.from_disk = bin->origin == BinaryOrigin::disk;
+    r.nvrtc_log = bin->nvrtc_log;
     return r;
   }
 
@@ -138,6 +150,7 @@ class Engine::Impl {
     s.cache_hits = cache_hits_.load();
     std::lock_guard lock(stats_mu_);
     s.compile_ms = compile_ms_;
+    s.disk_hits = disk_hits_;
     return s;
   }
 
@@ -171,8 +184,7 @@ class Engine::Impl {
 
   Result<LoadedKernel> load_kernel(const DriverLibrary& drv, const KernelVariant& v, const ContextInfo& info,
                                    unsigned smem_bytes) {
-    log("compiling " + v.name() + " for " + info.arch.name());
-    auto report = compile_cubin_for(v, info.arch);
+    auto report = binary_for(v, info.arch);
     if (!report.ok()) return std::move(report).error();
     LoadedKernel k;
     FJ_CU(drv, cuModuleLoadData(&k.module, report->cubin.data()));
@@ -186,27 +198,31 @@ class Engine::Impl {
     drv.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function);
     drv.cuFuncGetAttribute(&k.local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.function);
     log("loaded " + v.name() + ": " + std::to_string(k.registers) + " registers, " + std::to_string(k.local_bytes) +
-        " bytes local, " + std::to_string(smem_bytes) + " bytes shared, compiled in " +
-        std::to_string(int(report->compile_ms)) + " ms");
+        " bytes local, " + std::to_string(smem_bytes) + " bytes shared, " +
+        (report->origin == BinaryOrigin::disk ? std::string("from the disk cache")
+                                              : "compiled in " + std::to_string(int(report->compile_ms)) + " ms"));
     return k;
   }
 
-  Result<CompiledKernel> compile_cubin_for(const KernelVariant& v, const Arch& arch) {
-    FJ_TRY(check_variant(v, arch));
-    auto compiled = compile_cubin({v.name(), render_source(*find_family(v.family), v), arch});
-    if (!compiled.ok()) return std::move(compiled).error().with("variant", v.name());
+  Result<KernelBinary> binary_for(const KernelVariant& v, const Arch& arch) {
+    auto bin = binaries_.get(v, arch);
+    if (!bin.ok()) return bin;
     std::lock_guard lock(stats_mu_);
-    compile_ms_ += compiled->compile_ms;
-    return compiled;
+    if (bin->origin == BinaryOrigin::disk) ++disk_hits_;
+    compile_ms_ += bin->compile_ms;
+    return bin;
   }
 
   EngineOptions options_;
+  KernelBinaries binaries_;
+  std::future<void> nvrtc_preload_;
   ModuleCache modules_;
   std::mutex ctx_mu_;
   std::unordered_map<CUcontext, ContextInfo> ctx_info_;
   std::atomic<std::uint64_t> launches_{0}, compiles_{0}, cache_hits_{0};
   mutable std::mutex stats_mu_;
   double compile_ms_ = 0;
+  std::uint64_t disk_hits_ = 0;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -47,8 +47,9 @@ int compile_all(const Engine& engine, const std::vector<std::string>& archs, int
         std::lock_guard lock(print);
         ++done;
         if (r.ok()) {
-          std::printf("  [%2zu/%zu] %-44s %-7s %6.0f ms  %6zu KiB cubin\n", done, jobs.size(), jobs[i].first.name().c_str(),
-                      jobs[i].second.c_str(), r->compile_ms, r->cubin_bytes / 1024);
+          const std::string how = r->from_disk ? "disk cache" : std::to_string(int(r->compile_ms)) + " ms";
+          std::printf("  [%2zu/%zu] %-44s %-7s %10s  %4zu KiB cubin\n", done, jobs.size(), jobs[i].first.name().c_str(),
+                      jobs[i].second.c_str(), how.c_str(), r->cubin_bytes / 1024);
         } else {
           ++failures;
           std::printf("  [%2zu/%zu] FAILED %s for %s:\n%s\n", done, jobs.size(), jobs[i].first.name().c_str(),

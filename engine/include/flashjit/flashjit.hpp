@@ -55,6 +55,10 @@ struct AttentionArgs {
 struct EngineOptions {
   // Receives progress and diagnostics (compiles, timings). Default: silent unless FLASHJIT_LOG=1.
   std::function<void(const std::string&)> log;
+  // Keep compiled kernels on disk across processes (FLASHJIT_DISK_CACHE=0 turns it off).
+  bool disk_cache = true;
+  // Cache root; default FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit.
+  std::optional<std::string> cache_dir;
 };
 
 // What compiling one variant produced.
@@ -62,7 +66,8 @@ struct CompileReport {
   KernelVariant variant;
   std::string arch;
   std::size_t cubin_bytes = 0;
-  double compile_ms = 0;
+  double compile_ms = 0;  // 0 when it came from the disk cache
+  bool from_disk = false;
   std::string nvrtc_log;
 };
 
@@ -70,7 +75,8 @@ struct CompileReport {
 struct EngineStats {
   std::uint64_t launches = 0;
   std::uint64_t compiles = 0;
-  std::uint64_t cache_hits = 0;
+  std::uint64_t cache_hits = 0;  // in-memory module cache
+  std::uint64_t disk_hits = 0;   // kernels loaded from the disk cache instead of compiled
   double compile_ms = 0;
 };
 

@@ -1,0 +1,55 @@
+// Where a variant's cubin comes from: the on-disk cache when a verified entry exists, else NVRTC
+// (and then the cache). The key is content only: engine format version, the embedded templates'
+// hash, every variant field, the compile options, the NVRTC version and the target arch.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "cache/disk_cache.hpp"
+#include "cache/entry_key.hpp"
+#include "flashjit/status.hpp"
+#include "flashjit/variant.hpp"
+
+namespace flashjit {
+
+// Bumped whenever the meaning of a cached cubin changes without its inputs changing (e.g. the
+// kernel parameter struct is reinterpreted).
+constexpr int kEngineFormatVersion = 1;
+
+enum class BinaryOrigin { disk, compiled };
+
+struct KernelBinary {
+  std::string cubin;
+  BinaryOrigin origin = BinaryOrigin::compiled;
+  double compile_ms = 0;  // 0 for disk hits
+  std::string nvrtc_log;
+};
+
+class KernelBinaries {
+ public:
+  using Log = std::function<void(const std::string&)>;
+
+  // use_disk false: compile every time (no files read or written). A cache folder that fails
+  // its safety checks is refused: the engine logs why and compiles in memory instead.
+  KernelBinaries(bool use_disk, std::optional<std::string> cache_dir, Log log);
+
+  static Result<cache::EntryKey> cache_key(const KernelVariant& v, const Arch& arch);
+  Result<KernelBinary> get(const KernelVariant& v, const Arch& arch);
+
+  // The disk cache, if one is open (tools manage it directly).
+  cache::DiskCache* disk();
+
+ private:
+  cache::DiskCache* open_disk();
+  bool use_disk_;
+  std::optional<std::string> cache_dir_;
+  Log log_;
+  std::once_flag open_once_;
+  std::unique_ptr<cache::DiskCache> disk_;
+};
+
+}  // namespace flashjit
