@@ -42,22 +42,36 @@ struct SoftmaxState {
       }
   }
 
-  // Turns scores into probabilities relative to the new running max and rescales what o and
-  // row_sum hold so far. A row that has seen only masked keys keeps max = -inf; its
-  // probabilities are exp2(-inf) = 0 and it never produces NaN.
+  // Turns scores into probabilities relative to the running max and rescales what o and row_sum
+  // hold so far. The max is only moved when a tile's max exceeds it by more than
+  // kRescaleThreshold (log2 units): probabilities may then reach 2^8, which fp32 sums and
+  // 16-bit P hold as precisely as values below 1, and the O rescale (one multiply per output
+  // element) is skipped for nearly every tile. Exact either way: the final division and the LSE
+  // use the same max. A row that has seen only masked keys keeps max = -inf; its probabilities
+  // are exp2(-inf) = 0 and it never produces NaN.
   FJ_DEVICE void update(float (&s)[kMTiles][kNTilesS][4], float (&o)[kMTiles][kNTilesO][4],
                         float scale_log2) {
+    constexpr float kRescaleThreshold = 8.f;
+    float alpha[kMTiles][2];
+    bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
+        float mx = neg_inf();
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         mx = quad_max(mx);
-        const float shift = mx == neg_inf() ? 0.f : mx * scale_log2;
-        const float alpha = exp2_approx(row_max[mt][h] * scale_log2 - shift);
-        row_max[mt][h] = mx;
+        const float old = row_max[mt][h];
+        const bool move = mx != neg_inf() && (old == neg_inf() || (mx - old) * scale_log2 > kRescaleThreshold);
+        alpha[mt][h] = 1.f;
+        if (move) {
+          alpha[mt][h] = exp2_approx((old - mx) * scale_log2);  // 0 when old is -inf
+          row_max[mt][h] = mx;
+          row_sum[mt][h] *= alpha[mt][h];
+          any_rescale = true;
+        }
+        const float shift = row_max[mt][h] == neg_inf() ? 0.f : row_max[mt][h] * scale_log2;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt) {
@@ -68,13 +82,17 @@ struct SoftmaxState {
             sum += p;
           }
         }
-        row_sum[mt][h] = fmaf(row_sum[mt][h], alpha, sum);
-#pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt) {
-          o[mt][nt][2 * h] *= alpha;
-          o[mt][nt][2 * h + 1] *= alpha;
-        }
+        row_sum[mt][h] += sum;
       }
+    }
+    // Warp-uniform: skip the multiply over all of O unless some row of the warp moved its max.
+    if (__any_sync(0xffffffffu, any_rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= alpha[mt][i / 2];
     }
   }
 };
