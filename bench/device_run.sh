@@ -12,7 +12,7 @@ if [[ $what == tests || $what == all ]]; then
   timeout ${TEST_TIMEOUT:-300} ./build/tests/gpu/test_gpu_forward 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE "^  (f16|bf16|f32)" | tail -40
 fi
 if [[ $what == sweep || $what == all ]]; then
-  timeout ${SWEEP_TIMEOUT:-200} ./build/tools/flashjit-bench --dims ${DIMS:-64,128} --seqs ${SEQS:-4096} --tilings all --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log"
+  timeout ${SWEEP_TIMEOUT:-200} ./build/tools/flashjit-bench --dims ${DIMS:-64,128} --seqs ${SEQS:-4096} --tilings ${TILINGS:-all} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log"
 fi
 if [[ $what == compare || $what == all ]]; then
   PYTHONUNBUFFERED=1 timeout ${COMPARE_TIMEOUT:-150} python3 bench/sdpa_compare.py --lib build/libflashjit.so --dims ${DIMS:-64,128} --seqs ${SEQS:-4096,16384} \
