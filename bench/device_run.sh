@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 export FLASHJIT_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ $what == tests || $what == all ]]; then
   # The binary directly: a carried build's CTestTestfile holds this machine's absolute paths.
-  timeout ${TEST_TIMEOUT:-300} ./build/tests/gpu/test_gpu_forward 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE "^  (f16|bf16|f32)" | tail -40
+  timeout ${TEST_TIMEOUT:-300} ./build/tests/gpu/test_gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE "^  (f16|bf16|f32)" | tail -40
 fi
 if [[ $what == sweep || $what == all ]]; then
   timeout ${SWEEP_TIMEOUT:-200} ./build/tools/flashjit-bench --dims ${DIMS:-64,128} --seqs ${SEQS:-4096} --tilings ${TILINGS:-all} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.log"

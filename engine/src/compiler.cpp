@@ -1,6 +1,8 @@
 #include "compiler.hpp"
 
 #include <chrono>
+#include <cstdlib>
+#include <sstream>
 
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
@@ -8,9 +10,15 @@
 namespace flashjit {
 
 std::vector<std::string> compile_options(const Arch& arch) {
-  return {"--gpu-architecture=" + arch.name(), "--std=c++17", "-DNDEBUG",
-          // Kernels are self-contained; NVRTC must not look for headers on this machine.
-          "--no-source-include"};
+  std::vector<std::string> o{"--gpu-architecture=" + arch.name(), "--std=c++17", "-DNDEBUG",
+                             // Kernels are self-contained; NVRTC must not look for headers on this machine.
+                             "--no-source-include"};
+  // Developer experiments (e.g. -DFJ_LAZY_RESCALE=0); options are part of every cache key.
+  if (const char* extra = std::getenv("FLASHJIT_NVRTC_OPTIONS")) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) o.push_back(w);
+  }
+  return o;
 }
 
 Result<CompiledKernel> compile_cubin(const CompileRequest& request) {

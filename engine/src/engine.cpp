@@ -1,19 +1,25 @@
+// The engine: validates a call, finds its plan (variant and loaded kernel) and launches it.
+// A plan is found once per (context, tuning bucket); every later call is validation, two
+// driver queries, one hash lookup and the launch.
+#include "flashjit/flashjit.hpp"
+
 #include <atomic>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <future>
 #include <mutex>
+#include <shared_mutex>
+#include <thread>
 #include <unordered_map>
 
-#include <future>
-
-#include "compiler.hpp"
-#include "kernel_binaries.hpp"
-#include "driver_library.hpp"
-#include "flashjit/flashjit.hpp"
-#include "kernel_family.hpp"
-#include "module_cache.hpp"
+#include "autotune/autotuner.hpp"
+#include "autotune/problem_bucket.hpp"
+#include "device_context.hpp"
+#include "kernel_loader.hpp"
 #include "nvrtc_library.hpp"
 #include "problem.hpp"
+#include "template_store.hpp"
+#include "tuning_session.hpp"
 
 namespace flashjit {
 
@@ -49,28 +55,43 @@ std::string version() {
   return v;
 }
 
+namespace {
+
+autotune::TuneMode to_internal(TuneMode m) {
+  switch (m) {
+    case TuneMode::off: return autotune::TuneMode::off;
+    case TuneMode::offline: return autotune::TuneMode::offline_only;
+    case TuneMode::first_use: return autotune::TuneMode::on_first_use;
+  }
+  return autotune::TuneMode::offline_only;
+}
+
+struct PlanKey {
+  CUcontext ctx;
+  autotune::TuningKey bucket;
+  bool operator==(const PlanKey& o) const { return ctx == o.ctx && bucket == o.bucket; }
+};
+struct PlanKeyHash {
+  std::size_t operator()(const PlanKey& k) const {
+    return autotune::TuningKeyHash{}(k.bucket) ^ (std::hash<const void*>{}(k.ctx) * 0x9E3779B97F4A7C15ull);
+  }
+};
+struct Plan {
+  KernelVariant variant;
+  LoadedKernel kernel;
+};
+
+}  // namespace
+
 class Engine::Impl {
  public:
-  explicit Impl(EngineOptions o) : options_(with_env(std::move(o))), binaries_(options_.disk_cache, options_.cache_dir, options_.log) {
-    // NVRTC's version is part of every disk-cache key, and opening it costs ~10 ms: start now so
-    // the first call does not pay it.
+  explicit Impl(EngineOptions o)
+      : options_(with_env(std::move(o))),
+        binaries_(options_.disk_cache, options_.cache_dir, options_.log),
+        loader_(binaries_, options_.log) {
+    // NVRTC's version is part of every disk-cache key and opening it costs ~10 ms: start now
+    // so the first call does not pay it.
     nvrtc_preload_ = std::async(std::launch::async, [] { (void)NvrtcLibrary::get(); });
-  }
-
-  static EngineOptions with_env(EngineOptions o) {
-    if (!o.log) {
-      const char* env = std::getenv("FLASHJIT_LOG");
-      if (env && *env && std::string(env) != "0")
-        o.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
-    }
-    if (const char* d = std::getenv("FLASHJIT_DISK_CACHE"); d && std::string(d) == "0") o.disk_cache = false;
-    return o;
-  }
-
-  KernelBinaries& binaries() { return binaries_; }
-
-  void log(const std::string& m) const {
-    if (options_.log) options_.log(m);
   }
 
   Result<KernelVariant> default_variant(const Semantics& s, const Arch& arch) const {
@@ -80,7 +101,7 @@ class Engine::Impl {
   }
 
   Result<CompileReport> compile(const KernelVariant& v, const Arch& arch) {
-    auto bin = binary_for(v, arch);
+    auto bin = loader_.binary(v, arch);
     if (!bin.ok()) return std::move(bin).error();
     CompileReport r;
     r.variant = v;
@@ -101,7 +122,6 @@ class Engine::Impl {
     auto drv_r = DriverLibrary::get();
     if (!drv_r.ok()) return std::move(drv_r).error();
     const DriverLibrary& drv = *drv_r.value();
-
     CUcontext ctx = nullptr;
     FJ_CU(drv, cuCtxGetCurrent(&ctx));
     if (!ctx)
@@ -113,116 +133,230 @@ class Engine::Impl {
       if (stream_ctx != ctx)
         return Error(Code::invalid_argument, "stream belongs to another CUDA context than the calling thread's current one");
     }
-    auto info_r = context_info(drv, ctx);
+    auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
-    const ContextInfo info = info_r.value();
+    const DeviceContextInfo& info = info_r.value();
+    auto family_r = choose_family(info.arch, problem.semantics);
+    if (!family_r.ok()) return std::move(family_r).error();
+    const KernelFamily& family = *family_r.value();
 
-    auto variant_r = default_variant(problem.semantics, info.arch);
-    if (!variant_r.ok()) return std::move(variant_r).error();
-    KernelVariant& variant = variant_r.value();
-    const KernelFamily* family = find_family(variant.family);
-    if (tiling) {
-      FJ_TRY(family->check_tiling(variant.semantics, *tiling));
-      variant.tiling = *tiling;
+    if (tiling) {  // explicit tiling: benchmarks and tuning tools
+      FJ_TRY(family.check_tiling(problem.semantics, *tiling));
+      const KernelVariant v{family.name(), problem.semantics, *tiling};
+      auto k = loader_.get(drv, ctx, info, v);
+      if (!k.ok()) return std::move(k).error();
+      return launch(drv, k.value(), family.grid(problem.shape, v.semantics, v.tiling), problem, stream);
     }
-    const LaunchGrid grid = family->grid(problem.shape, problem.semantics, variant.tiling);
-    if (int(grid.smem_bytes) > info.smem_optin)
-      return Error(Code::unsupported, variant.name() + " needs " + std::to_string(grid.smem_bytes) +
-                                          " bytes of shared memory; this device allows " + std::to_string(info.smem_optin));
 
-    bool hit = false;
-    auto kernel_r = modules_.get(ctx, variant, [&] { return load_kernel(drv, variant, info, grid.smem_bytes); }, &hit);
-    if (!kernel_r.ok()) return std::move(kernel_r).error();
-    (hit ? cache_hits_ : compiles_).fetch_add(1, std::memory_order_relaxed);
+    PlanKey key{ctx, autotune::make_tuning_key(family.name(), problem.semantics, problem.shape.seqlen_q,
+                                               problem.shape.seqlen_k, problem.shape.batch * problem.shape.heads_q)};
+    {
+      std::shared_lock lock(plans_mu_);
+      if (auto it = plans_.find(key); it != plans_.end()) {
+        plan_hits_.fetch_add(1, std::memory_order_relaxed);
+        return launch(drv, it->second.kernel, family.grid(problem.shape, problem.semantics, it->second.variant.tiling),
+                      problem, stream);
+      }
+    }
+    auto plan = make_plan(drv, ctx, info, family, key.bucket);
+    if (!plan.ok()) return std::move(plan).error();
+    const Plan p = plan.value();
+    {
+      std::unique_lock lock(plans_mu_);
+      plans_.emplace(key, p);
+    }
+    return launch(drv, p.kernel, family.grid(problem.shape, problem.semantics, p.variant.tiling), problem, stream);
+  }
 
-    FjFwdParams params = problem.params;
-    void* kernel_args[] = {&params};
-    FJ_CU(drv, cuLaunchKernel(kernel_r->function, grid.x, grid.y, grid.z, grid.threads, 1, 1, grid.smem_bytes,
-                              stream, kernel_args, nullptr));
-    launches_.fetch_add(1, std::memory_order_relaxed);
-    return {};
+  Result<TuneReport> tune(const TuneRequest& req) {
+    FJ_TRY(req.semantics.check());
+    auto drv_r = DriverLibrary::get();
+    if (!drv_r.ok()) return std::move(drv_r).error();
+    const DriverLibrary& drv = *drv_r.value();
+    CUcontext ctx = nullptr;
+    FJ_CU(drv, cuCtxGetCurrent(&ctx));
+    if (!ctx) return Error(Code::invalid_argument, "tune needs a current CUDA context (the GPU to tune on)");
+    auto info_r = contexts_.info(drv, ctx);
+    if (!info_r.ok()) return std::move(info_r).error();
+    const DeviceContextInfo info = info_r.value();
+    auto family_r = choose_family(info.arch, req.semantics);
+    if (!family_r.ok()) return std::move(family_r).error();
+    const KernelFamily& family = *family_r.value();
+    const auto key = autotune::make_tuning_key(family.name(), req.semantics, req.seqlen_q, req.seqlen_k, req.batch_x_heads);
+
+    autotune::AutotunerOptions ao = autotuner_options(drv, info, autotune::TuneMode::on_first_use);
+    if (req.progress)
+      ao.progress = [&](std::size_t done, std::size_t total, const Tiling& t, double s) { req.progress(done, total, t.name(), s); };
+    auto tuner = autotune::Autotuner::create(std::move(ao));
+    if (!tuner.ok()) return std::move(tuner).error();
+    std::unique_ptr<TuningSession> session;
+    const auto candidates = family.candidate_tilings(info.arch, req.semantics);
+    const Tiling def = family.default_tiling(info.arch, req.semantics);
+    Status session_error;
+    auto ensure_session = [&]() -> bool {
+      if (session) return true;
+      auto s = TuningSession::create(drv, ctx, info, loader_, key, options_.log);
+      if (!s.ok()) {
+        session_error = std::move(s).error();
+        return false;
+      }
+      session = std::move(s).value();
+      session->precompile(candidates, std::max(1u, std::thread::hardware_concurrency()));
+      return true;
+    };
+    autotune::Measure measure = [&](const Tiling& t) -> Result<double> {
+      if (!ensure_session()) return session_error.error();
+      return session->measure()(t);
+    };
+    autotune::Prune prune = [&](const Tiling& t) -> std::optional<std::string> {
+      if (!ensure_session()) return session_error.error().message();
+      return session->prune()(t);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto record = tuner->tune_key(key, candidates, def, measure, prune,
+                                  req.retune ? autotune::Autotuner::Retune::always : autotune::Autotuner::Retune::if_missing);
+    if (!record.ok()) return std::move(record).error().with("tuning_key", key.to_string());
+    // Forget this context's plans and runtime tuner so the new result is used from now on.
+    {
+      std::unique_lock lock(plans_mu_);
+      for (auto it = plans_.begin(); it != plans_.end();) it = it->first.ctx == ctx ? plans_.erase(it) : std::next(it);
+    }
+    {
+      std::lock_guard lock(tuners_mu_);
+      tuners_.erase(ctx);
+    }
+    TuneReport r;
+    r.key = key.to_string();
+    r.chosen = {family.name(), req.semantics, record->tiling};
+    r.ms = record->ms;
+    r.default_tiling = record->default_tiling;
+    r.default_ms = record->default_ms;
+    const ProblemShape shape = autotune::representative_problem(key);
+    r.flops = 2.0 * shape.batch * shape.heads_q * double(shape.seqlen_q) * double(shape.seqlen_k) *
+              (req.semantics.head_dim_qk + req.semantics.head_dim_v) *
+              (req.semantics.mask == Mask::causal && shape.seqlen_q == shape.seqlen_k ? 0.5 : 1.0);
+    for (const auto& c : record->candidates)
+      r.candidates.push_back({c.tiling.name(), autotune::candidate_status_name(c.status), c.ms, c.reason});
+    r.reused = !session;
+    r.seconds = r.reused ? 0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.store_path = tuner->store_path();
+    return r;
   }
 
   EngineStats stats() const {
     EngineStats s;
+    const LoaderStats l = loader_.stats();
     s.launches = launches_.load();
-    s.compiles = compiles_.load();
-    s.cache_hits = cache_hits_.load();
-    std::lock_guard lock(stats_mu_);
-    s.compile_ms = compile_ms_;
-    s.disk_hits = disk_hits_;
+    s.module_loads = l.loads;
+    s.disk_hits = l.disk_hits;
+    s.compiles = compiles_estimate(l);
+    s.compile_ms = l.compile_ms;
+    s.plan_hits = plan_hits_.load();
+    s.tunes = tunes_.load();
     return s;
   }
 
  private:
-  struct ContextInfo {
-    Arch arch;
-    int smem_optin = 0;
-  };
+  static std::uint64_t compiles_estimate(const LoaderStats& l) { return l.compile_ms > 0 ? l.loads - std::min(l.loads, l.disk_hits) : 0; }
 
-  Result<ContextInfo> context_info(const DriverLibrary& drv, CUcontext ctx) {
-    {
-      std::lock_guard lock(ctx_mu_);
-      if (auto it = ctx_info_.find(ctx); it != ctx_info_.end()) return it->second;
+  static EngineOptions with_env(EngineOptions o) {
+    if (!o.log) {
+      const char* env = std::getenv("FLASHJIT_LOG");
+      if (env && *env && std::string(env) != "0")
+        o.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
     }
-    CUdevice dev = 0;
-    FJ_CU(drv, cuCtxGetDevice(&dev));
-    int major = 0, minor = 0, smem = 0;
-    FJ_CU(drv, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
-    FJ_CU(drv, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
-    FJ_CU(drv, cuDeviceGetAttribute(&smem, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
-    ContextInfo info;
-    info.arch.major = major;
-    info.arch.minor = minor;
-    // Hopper parts get the arch-specific target so later families can use wgmma/setmaxnreg.
-    info.arch.suffix = major == 9 ? 'a' : 0;
-    info.smem_optin = smem;
-    std::lock_guard lock(ctx_mu_);
-    ctx_info_[ctx] = info;
-    return info;
+    if (const char* d = std::getenv("FLASHJIT_DISK_CACHE"); d && std::string(d) == "0") o.disk_cache = false;
+    return o;
   }
 
-  Result<LoadedKernel> load_kernel(const DriverLibrary& drv, const KernelVariant& v, const ContextInfo& info,
-                                   unsigned smem_bytes) {
-    auto report = binary_for(v, info.arch);
-    if (!report.ok()) return std::move(report).error();
-    LoadedKernel k;
-    FJ_CU(drv, cuModuleLoadData(&k.module, report->cubin.data()));
-    CUresult r = drv.cuModuleGetFunction(&k.function, k.module, "flashjit_fwd");
-    if (r == CUDA_SUCCESS)
-      r = drv.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem_bytes));
-    if (r != CUDA_SUCCESS) {
-      drv.cuModuleUnload(k.module);
-      return drv.error(r, "preparing " + v.name());
-    }
-    drv.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function);
-    drv.cuFuncGetAttribute(&k.local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k.function);
-    log("loaded " + v.name() + ": " + std::to_string(k.registers) + " registers, " + std::to_string(k.local_bytes) +
-        " bytes local, " + std::to_string(smem_bytes) + " bytes shared, " +
-        (report->origin == BinaryOrigin::disk ? std::string("from the disk cache")
-                                              : "compiled in " + std::to_string(int(report->compile_ms)) + " ms"));
-    return k;
+  Status launch(const DriverLibrary& drv, const LoadedKernel& k, const LaunchGrid& grid, const ValidatedProblem& p,
+                CUstream stream) {
+    FJ_TRY(KernelLoader::launch(drv, k, grid, p.params, stream));
+    launches_.fetch_add(1, std::memory_order_relaxed);
+    return {};
   }
 
-  Result<KernelBinary> binary_for(const KernelVariant& v, const Arch& arch) {
-    auto bin = binaries_.get(v, arch);
-    if (!bin.ok()) return bin;
-    std::lock_guard lock(stats_mu_);
-    if (bin->origin == BinaryOrigin::disk) ++disk_hits_;
-    compile_ms_ += bin->compile_ms;
-    return bin;
+  autotune::AutotunerOptions autotuner_options(const DriverLibrary& drv, const DeviceContextInfo& info,
+                                               std::optional<autotune::TuneMode> mode) const {
+    autotune::AutotunerOptions ao;
+    ao.mode = mode;
+    ao.root = options_.cache_dir;
+    ao.device_name = info.name;
+    ao.arch = info.arch.name();
+    auto nv = NvrtcLibrary::get();
+    ao.nvrtc_version = nv.ok() ? nv.value()->version : "none";
+    ao.driver_version = std::to_string(drv.driver_version);
+    // Results timed on other kernel code must not be reused.
+    ao.candidate_salt = TemplateStore::instance().content_hash();
+    ao.logger = options_.log;
+    return ao;
+  }
+
+  // The runtime tuner of a context, created on first need.
+  Result<autotune::Autotuner*> tuner_for(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info) {
+    std::lock_guard lock(tuners_mu_);
+    if (auto it = tuners_.find(ctx); it != tuners_.end()) return it->second.get();
+    std::optional<autotune::TuneMode> mode;
+    if (options_.tune_mode) mode = to_internal(*options_.tune_mode);
+    auto t = autotune::Autotuner::create(autotuner_options(drv, info, mode));
+    if (!t.ok()) return std::move(t).error();
+    auto& slot = tuners_[ctx];
+    slot = std::make_unique<autotune::Autotuner>(std::move(t).value());
+    return slot.get();
+  }
+
+  Result<Plan> make_plan(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info, const KernelFamily& family,
+                         const autotune::TuningKey& bucket) {
+    const Tiling def = family.default_tiling(info.arch, bucket.semantics);
+    Tiling tiling = def;
+    if (!options_.tune_mode || *options_.tune_mode != TuneMode::off) {
+      auto tuner = tuner_for(drv, ctx, info);
+      if (tuner.ok() && tuner.value()->mode() != autotune::TuneMode::off) {
+        const auto candidates = family.candidate_tilings(info.arch, bucket.semantics);
+        std::unique_ptr<TuningSession> session;
+        Status session_error;
+        auto ensure = [&]() -> bool {
+          if (session) return true;
+          if (options_.log) options_.log("tuning " + bucket.to_string() + " on " + info.name + " (first use)");
+          auto s = TuningSession::create(drv, ctx, info, loader_, bucket, options_.log);
+          if (!s.ok()) return session_error = std::move(s).error(), false;
+          session = std::move(s).value();
+          session->precompile(candidates, std::max(1u, std::thread::hardware_concurrency()));
+          tunes_.fetch_add(1, std::memory_order_relaxed);
+          return true;
+        };
+        auto chosen = tuner.value()->choose(
+            bucket, candidates, def,
+            [&](const Tiling& t) -> Result<double> {
+              if (!ensure()) return session_error.error();
+              return session->measure()(t);
+            },
+            [&](const Tiling& t) -> std::optional<std::string> {
+              if (!ensure()) return session_error.error().message();
+              return session->prune()(t);
+            });
+        if (chosen.ok()) tiling = chosen.value();
+      } else if (!tuner.ok() && options_.log) {
+        options_.log("tuning results unavailable, using defaults: " + tuner.error().to_string());
+      }
+    }
+    Plan p{{family.name(), bucket.semantics, tiling}, {}};
+    auto k = loader_.get(drv, ctx, info, p.variant);
+    if (!k.ok()) return std::move(k).error();
+    p.kernel = k.value();
+    return p;
   }
 
   EngineOptions options_;
   KernelBinaries binaries_;
+  KernelLoader loader_;
+  DeviceContexts contexts_;
   std::future<void> nvrtc_preload_;
-  ModuleCache modules_;
-  std::mutex ctx_mu_;
-  std::unordered_map<CUcontext, ContextInfo> ctx_info_;
-  std::atomic<std::uint64_t> launches_{0}, compiles_{0}, cache_hits_{0};
-  mutable std::mutex stats_mu_;
-  double compile_ms_ = 0;
-  std::uint64_t disk_hits_ = 0;
+  std::shared_mutex plans_mu_;
+  std::unordered_map<PlanKey, Plan, PlanKeyHash> plans_;
+  std::mutex tuners_mu_;
+  std::unordered_map<CUcontext, std::unique_ptr<autotune::Autotuner>> tuners_;
+  std::atomic<std::uint64_t> launches_{0}, plan_hits_{0}, tunes_{0};
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -237,6 +371,8 @@ Status Engine::forward(const AttentionArgs& args, CUstream stream) { return impl
 Status Engine::forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream) {
   return impl_->forward(args, stream, &tiling);
 }
+
+Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }
 
 Result<KernelVariant> Engine::plan(const AttentionArgs& args, const std::string& arch) const {
   auto a = Arch::parse(arch);

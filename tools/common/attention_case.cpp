@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "host_float.hpp"
+#include "host_float.hpp"  // engine/src
 
 namespace flashjit::tools {
 

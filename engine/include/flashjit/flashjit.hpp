@@ -52,6 +52,13 @@ struct AttentionArgs {
   Fp32Math fp32_math = Fp32Math::exact;
 };
 
+// How the engine picks a tiling for a problem it has not seen (FLASHJIT_TUNE overrides the default):
+//   off:       the family's default tiling for the arch and head dim, always;
+//   offline:   tuned results stored by `flashjit tune` (or an earlier first-use run), else default;
+//   first_use: stored results, else tune the problem's bucket right away (seconds, once per
+//              bucket and device; the result is stored for every later process).
+enum class TuneMode { off, offline, first_use };
+
 struct EngineOptions {
   // Receives progress and diagnostics (compiles, timings). Default: silent unless FLASHJIT_LOG=1.
   std::function<void(const std::string&)> log;
@@ -59,6 +66,38 @@ struct EngineOptions {
   bool disk_cache = true;
   // Cache root; default FLASHJIT_CACHE_DIR, else $XDG_CACHE_HOME/flashjit, else ~/.cache/flashjit.
   std::optional<std::string> cache_dir;
+  // Unset: FLASHJIT_TUNE (off | offline | first-use), else offline.
+  std::optional<TuneMode> tune_mode;
+};
+
+// One offline tuning job: a result-changing variant and a shape; shapes in the same bucket
+// (powers of two of Sq, Sk and batch*heads) share the result.
+struct TuneRequest {
+  Semantics semantics;
+  std::int64_t seqlen_q = 4096, seqlen_k = 4096, batch_x_heads = 64;
+  bool retune = false;  // time again even if a current result is stored
+  // Called as each candidate finishes: (done, total, tiling just handled, seconds so far).
+  std::function<void(std::size_t, std::size_t, const std::string&, double)> progress;
+};
+
+struct TuneCandidate {
+  std::string tiling;
+  std::string status;  // timed, pruned, failed, not_reached
+  std::optional<double> ms;
+  std::string reason;
+};
+
+struct TuneReport {
+  std::string key;          // readable bucket key
+  KernelVariant chosen;
+  double ms = 0;            // chosen tiling's median time on the bucket's representative shape
+  Tiling default_tiling;
+  std::optional<double> default_ms;
+  double flops = 0;         // of the representative shape, for TFLOP/s
+  std::vector<TuneCandidate> candidates;
+  double seconds = 0;       // wall time of the tuning (0 when an existing result was reused)
+  bool reused = false;      // a stored result was current, nothing was timed
+  std::string store_path;
 };
 
 // What compiling one variant produced.
@@ -74,9 +113,11 @@ struct CompileReport {
 // Counters of the in-memory module cache.
 struct EngineStats {
   std::uint64_t launches = 0;
-  std::uint64_t compiles = 0;
-  std::uint64_t cache_hits = 0;  // in-memory module cache
-  std::uint64_t disk_hits = 0;   // kernels loaded from the disk cache instead of compiled
+  std::uint64_t module_loads = 0;  // kernels loaded into a context (compiled or from disk)
+  std::uint64_t disk_hits = 0;     // binaries read from the disk cache instead of compiled
+  std::uint64_t compiles = 0;      // NVRTC compilations
+  std::uint64_t plan_hits = 0;     // calls served from the in-memory plan cache
+  std::uint64_t tunes = 0;         // buckets tuned at run time
   double compile_ms = 0;
 };
 
@@ -96,7 +137,11 @@ class Engine {
   // forward() with an explicit tiling instead of the engine's choice (benchmarks, tuning).
   Status forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream = nullptr);
 
-  // The variant forward() would run for these arguments on this arch (no GPU needed).
+  // Tunes one bucket on the current context's GPU and stores the result (the offline tuner).
+  Result<TuneReport> tune(const TuneRequest& request);
+
+  // The variant forward() would run for these arguments on this arch (no GPU needed; the
+  // default tiling, since tuned results belong to a device).
   Result<KernelVariant> plan(const AttentionArgs& args, const std::string& arch) const;
 
   // Specializes and compiles a variant for a named arch without a GPU.

@@ -6,7 +6,7 @@
 
 #include "flashjit/variant.hpp"
 
-namespace flashjit::tools {
+namespace flashjit {
 
 inline std::uint16_t float_to_bf16(float f) {
   std::uint32_t x;
@@ -76,4 +76,4 @@ inline float quantize(float f, DType dt) {
   return f;
 }
 
-}  // namespace flashjit::tools
+}  // namespace flashjit

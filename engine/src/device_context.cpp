@@ -1,0 +1,31 @@
+#include "device_context.hpp"
+
+namespace flashjit {
+
+Result<DeviceContextInfo> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = map_.find(ctx); it != map_.end()) return it->second;
+  }
+  // cuCtxGetDevice reads the current context, which the caller has made `ctx`.
+  CUdevice dev = 0;
+  FJ_CU(drv, cuCtxGetDevice(&dev));
+  int major = 0, minor = 0;
+  DeviceContextInfo info;
+  FJ_CU(drv, cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  FJ_CU(drv, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  FJ_CU(drv, cuDeviceGetAttribute(&info.smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
+  FJ_CU(drv, cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  FJ_CU(drv, cuDeviceGetAttribute(&info.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+  char name[256] = {0};
+  FJ_CU(drv, cuDeviceGetName(name, sizeof name, dev));
+  info.name = name;
+  info.arch.major = major;
+  info.arch.minor = minor;
+  info.arch.suffix = major == 9 ? 'a' : 0;
+  std::lock_guard lock(mu_);
+  map_[ctx] = info;
+  return info;
+}
+
+}  // namespace flashjit

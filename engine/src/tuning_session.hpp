@@ -1,0 +1,47 @@
+// Times candidate tilings of one tuning key on the current context's GPU: random inputs of the
+// bucket's representative shape, candidates compiled in parallel up front, CUDA events around
+// each launch, L2 flushed before every timed launch, median of several.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "autotune/problem_bucket.hpp"
+#include "autotune/tuner.hpp"
+#include "kernel_loader.hpp"
+
+namespace flashjit {
+
+class TuningSession {
+ public:
+  using Log = std::function<void(const std::string&)>;
+
+  static Result<std::unique_ptr<TuningSession>> create(const DriverLibrary& drv, CUcontext ctx,
+                                                       const DeviceContextInfo& info, KernelLoader& loader,
+                                                       const autotune::TuningKey& key, Log log);
+  ~TuningSession();
+
+  // Compiles (or finds on disk) every candidate on `threads` threads so timing waits on none.
+  void precompile(const std::vector<Tiling>& candidates, unsigned threads);
+  autotune::Measure measure();
+  autotune::Prune prune();
+
+ private:
+  TuningSession() = default;
+  Result<double> time(const Tiling& t);
+
+  const DriverLibrary* drv_ = nullptr;
+  CUcontext ctx_ = nullptr;
+  DeviceContextInfo info_;
+  KernelLoader* loader_ = nullptr;
+  autotune::TuningKey key_;
+  Log log_;
+  std::vector<CUdeviceptr> buffers_;
+  CUdeviceptr flush_ = 0;
+  std::size_t flush_bytes_ = 0;
+  FjFwdParams params_{};
+  ProblemShape shape_;
+  CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+}  // namespace flashjit

@@ -1,0 +1,104 @@
+// Helpers for the flashjit CLI tests: run the tool in-process with captured streams, in a
+// private temp folder per test.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+
+namespace flashjit::tools::test {
+
+// A fresh folder under /tmp (mode 0700, from mkdtemp), removed with everything in it at the end.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/fj-cli-test-XXXXXX";
+    const char* p = ::mkdtemp(tmpl);
+    path_ = p ? p : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+  nlohmann::json json() const { return nlohmann::json::parse(out); }
+};
+
+// Runs `flashjit <args...>` (stderr is not a terminal: plain progress lines).
+inline CliResult run_flashjit(std::vector<std::string> args) {
+  args.insert(args.begin(), "flashjit");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = run_cli(int(args.size()), argv.data(), out, err, /*err_is_tty=*/false);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Whether `dir` is missing or holds nothing at all.
+inline bool missing_or_empty(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return true;
+  return std::filesystem::is_empty(dir, ec);
+}
+
+// Regular files under `dir` whose name ends with `ext`, sorted.
+inline std::vector<std::string> files_with_ext(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    const std::string p = it->path().string();
+    if (it->is_regular_file() && p.size() >= ext.size() && p.compare(p.size() - ext.size(), ext.size(), ext) == 0)
+      out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Names of the entries `cache list --json` reports for `cache_dir`.
+inline std::vector<std::string> listed_names(const std::string& cache_dir) {
+  auto r = run_flashjit({"cache", "list", "--json", "--cache-dir", cache_dir});
+  std::vector<std::string> names;
+  if (r.code != 0) return names;
+  const auto doc = r.json();
+  for (const auto& e : doc["entries"]) names.push_back(e["name"].get<std::string>());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The two small explicit variants the NVRTC tests warm (d32 compiles fastest).
+inline std::vector<std::string> small_warmup_args(const std::string& cache_dir) {
+  return {"warmup", "--arch", "sm_80", "--dtype", "f16", "--head-dim", "32", "--mask", "none,causal",
+          "--threads", "2", "--json", "--cache-dir", cache_dir};
+}
+
+}  // namespace flashjit::tools::test

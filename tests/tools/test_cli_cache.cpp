@@ -1,0 +1,138 @@
+// flashjit cache end to end: export / clear / import round trips, prune, clear per arch, stats,
+// a damaged bundle. Real entries: two small kernels are warmed once (NVRTC, no GPU) into a seed
+// cache that each test copies into its own fresh folder.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "cli_test_util.hpp"
+
+using namespace flashjit::tools::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string& seed_cache() {
+  static TempDir dir;
+  static const std::string path = [] {
+    const std::string p = dir / "seed";
+    auto r = run_flashjit(small_warmup_args(p));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return p;
+  }();
+  return path;
+}
+
+// A private copy of the seed cache at `to` (folders 0700, as the cache requires).
+void copy_seed(const std::string& to) {
+  fs::copy(seed_cache(), to, fs::copy_options::recursive);
+  ::chmod(to.c_str(), 0700);
+  for (const auto& e : fs::recursive_directory_iterator(to))
+    if (e.is_directory()) ::chmod(e.path().c_str(), 0700);
+}
+
+}  // namespace
+
+TEST_CASE("export, clear, import: the entries come back and warmup finds them all") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  const auto names = listed_names(cache);
+  REQUIRE(names.size() == 2);
+
+  auto exported = run_flashjit({"cache", "export", dir / "warm.fjb", "--json", "--cache-dir", cache});
+  REQUIRE(exported.code == 0);
+  CHECK(exported.json()["entries"] == 2);
+  CHECK(fs::file_size(dir / "warm.fjb") > 2000);
+
+  auto cleared = run_flashjit({"cache", "clear", "--yes", "--cache-dir", cache});
+  REQUIRE(cleared.code == 0);
+  CHECK(contains(cleared.out, "removed 2 entries"));
+  CHECK(listed_names(cache).empty());
+
+  auto imported = run_flashjit({"cache", "import", dir / "warm.fjb", "--cache-dir", cache});
+  REQUIRE(imported.code == 0);
+  CHECK(contains(imported.out, "imported 2 of 2 entries"));
+  CHECK(listed_names(cache) == names);
+
+  auto again = run_flashjit({"cache", "import", dir / "warm.fjb", "--json", "--cache-dir", cache});
+  REQUIRE(again.code == 0);
+  CHECK(again.json()["already_present"] == 2);
+  auto replaced = run_flashjit({"cache", "import", dir / "warm.fjb", "--replace", "--json", "--cache-dir", cache});
+  REQUIRE(replaced.code == 0);
+  CHECK(replaced.json()["imported"] == 2);
+
+  // What a fleet machine does after importing: warmup compiles nothing.
+  auto warm = run_flashjit(small_warmup_args(cache));
+  REQUIRE(warm.code == 0);
+  CHECK(warm.json()["already_cached"] == 2);
+  CHECK(warm.json()["compiled"] == 0);
+}
+
+TEST_CASE("export --arch takes one arch's entries; a damaged bundle imports nothing") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  auto none = run_flashjit({"cache", "export", dir / "sm90.fjb", "--arch", "sm_90a", "--json", "--cache-dir", cache});
+  REQUIRE(none.code == 0);
+  CHECK(none.json()["entries"] == 0);
+
+  REQUIRE(run_flashjit({"cache", "export", dir / "all.fjb", "--cache-dir", cache}).code == 0);
+  {
+    std::fstream f(dir / "all.fjb", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1500);
+    f.put('\x7f');
+  }
+  const std::string other = dir / "other";
+  auto r = run_flashjit({"cache", "import", dir / "all.fjb", "--cache-dir", other});
+  CHECK(r.code == 1);
+  CHECK(contains(r.err, "nothing imported"));
+  CHECK(listed_names(other).empty());
+}
+
+TEST_CASE("prune with a small cap evicts the least recently used entries") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  auto list = run_flashjit({"cache", "list", "--json", "--cache-dir", cache}).json();
+  REQUIRE(list["entries"].size() == 2);
+  std::uint64_t largest = 0;
+  for (const auto& e : list["entries"]) largest = std::max(largest, e["bytes"].get<std::uint64_t>());
+
+  auto keep_one = run_flashjit({"cache", "prune", "--max-bytes", std::to_string(largest + 1), "--json", "--cache-dir", cache});
+  REQUIRE(keep_one.code == 0);
+  CHECK(keep_one.json()["evicted"] == 1);
+  CHECK(listed_names(cache).size() == 1);
+
+  auto tiny = run_flashjit({"cache", "prune", "--max-bytes", "1K", "--cache-dir", cache});
+  REQUIRE(tiny.code == 0);
+  CHECK(contains(tiny.out, "evicted 1 "));
+  CHECK(listed_names(cache).empty());
+}
+
+TEST_CASE("clear --arch only touches that arch; stats reports per arch") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  auto other_arch = run_flashjit({"cache", "clear", "--arch", "sm_90a", "--yes", "--cache-dir", cache});
+  REQUIRE(other_arch.code == 0);
+  CHECK(listed_names(cache).size() == 2);
+
+  auto stats = run_flashjit({"cache", "stats", "--cache-dir", cache});
+  REQUIRE(stats.code == 0);
+  CHECK(contains(stats.out, "root: " + cache));
+  CHECK(contains(stats.out, "sm_80"));
+  CHECK(contains(stats.out, "lock files"));
+  auto only_sm80 = run_flashjit({"cache", "list", "--arch", "sm_80", "--json", "--cache-dir", cache});
+  CHECK(only_sm80.json()["entries"].size() == 2);
+  CHECK(run_flashjit({"cache", "list", "--arch", "sm_90a", "--json", "--cache-dir", cache}).json()["entries"].empty());
+
+  REQUIRE(run_flashjit({"cache", "clear", "--arch", "sm_80", "--yes", "--cache-dir", cache}).code == 0);
+  CHECK(listed_names(cache).empty());
+  auto after = run_flashjit({"cache", "stats", "--json", "--cache-dir", cache}).json();
+  CHECK(after["entries"] == 0);
+  CHECK(after["bytes"] == 0);
+}

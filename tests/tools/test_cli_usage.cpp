@@ -1,0 +1,133 @@
+// The command line itself: --help everywhere, and bad arguments refused with exit code 2, a
+// message naming the argument, and nothing compiled or written. No NVRTC work.
+#include <doctest/doctest.h>
+
+#include "cli_test_util.hpp"
+
+using namespace flashjit::tools::test;
+
+TEST_CASE("--help on the tool and on every subcommand exits 0 and lists the options") {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<Case> cases{
+      {{"--help"}, {"warmup", "cache", "version", "FLASHJIT_CACHE_DIR", "Exit codes"}},
+      {{"warmup", "--help"},
+       {"--arch", "--set", "default", "prefill", "all-dims", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--gqa",
+        "--lse", "--tiling", "--vec", "--variants", "--all-tilings", "--threads", "--cache-dir", "--json", "--dry-run"}},
+      {{"cache", "--help"}, {"list", "stats", "verify", "prune", "clear", "export", "import", "path"}},
+      {{"cache", "list", "--help"}, {"--arch", "--json", "--cache-dir"}},
+      {{"cache", "stats", "--help"}, {"--json", "--cache-dir"}},
+      {{"cache", "verify", "--help"}, {"--remove-bad", "--json", "--cache-dir"}},
+      {{"cache", "prune", "--help"}, {"--max-bytes", "512M", "--cache-dir"}},
+      {{"cache", "clear", "--help"}, {"--arch", "--yes", "--cache-dir"}},
+      {{"cache", "export", "--help"}, {"FILE", "--arch", "--cache-dir"}},
+      {{"cache", "import", "--help"}, {"FILE", "--replace", "--cache-dir"}},
+      {{"cache", "path", "--help"}, {"--cache-dir"}},
+      {{"version", "--help"}, {"--json", "NVRTC"}},
+  };
+  for (const auto& c : cases) {
+    std::string cmd;
+    for (const auto& a : c.args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(c.args);
+    CHECK(r.code == 0);
+    CHECK(r.err.empty());
+    for (const auto& m : c.mentions) CHECK_MESSAGE(contains(r.out, m), m);
+  }
+}
+
+TEST_CASE("no subcommand, or an unknown one, is a usage error") {
+  CHECK(run_flashjit({}).code == 2);
+  CHECK(run_flashjit({"cache"}).code == 2);
+  auto r = run_flashjit({"warmpu"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.err, "warmpu"));
+}
+
+TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  struct Case {
+    std::vector<std::string> args;
+    std::string names;  // the argument the message must name
+  };
+  const std::vector<Case> cases{
+      {{"--arch", "sm_7x", "--head-dim", "64"}, "--arch"},
+      {{"--arch", "sm_80,sm_7x", "--head-dim", "64"}, "sm_7x"},
+      {{"--arch", "sm_75", "--head-dim", "64"}, "--arch"},
+      {{"--head-dim", "64"}, "--arch"},
+      {{"--arch", "sm_80", "--dtype", "f8", "--head-dim", "64"}, "--dtype"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--mask", "sliding"}, "--mask"},
+      {{"--arch", "sm_80", "--head-dim", "300"}, "--head-dim"},
+      {{"--arch", "sm_80", "--head-dim", "x"}, "--head-dim"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--tiling", "m128n64"}, "--tiling"},
+      {{"--arch", "sm_80", "--head-dim", "256", "--tiling", "m128n128w4s4"}, "shared memory"},
+      {{"--arch", "sm_80", "--set", "huge"}, "--set"},
+      {{"--arch", "sm_80", "--variants", dir / "none.json"}, "--variants"},
+      {{"--arch", "sm_80"}, "nothing to compile"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"warmup", "--cache-dir", cache};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(contains(r.err, c.names), r.err);
+    CHECK(r.out.empty());
+    CHECK(missing_or_empty(cache));
+  }
+}
+
+TEST_CASE("warmup --dry-run lists the plan and writes nothing") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto r = run_flashjit({"warmup", "--arch", "sm_80,sm_90a", "--set", "default", "--dry-run", "--json", "--cache-dir", cache});
+  REQUIRE(r.code == 0);
+  auto j = r.json();
+  CHECK(j["variants"].size() == 16);
+  CHECK(j["variants"][0]["arch"] == "sm_80");
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("cache subcommands refuse bad arguments") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto clear = run_flashjit({"cache", "clear", "--cache-dir", cache});
+  CHECK(clear.code == 2);
+  CHECK(contains(clear.err, "--yes"));
+  auto prune = run_flashjit({"cache", "prune", "--max-bytes", "12X", "--cache-dir", cache});
+  CHECK(prune.code == 2);
+  CHECK(contains(prune.err, "--max-bytes"));
+  CHECK(run_flashjit({"cache", "prune", "--cache-dir", cache}).code == 2);  // --max-bytes is required
+  auto list = run_flashjit({"cache", "list", "--arch", "sm_8", "--cache-dir", cache});
+  CHECK(list.code == 2);
+  CHECK(contains(list.err, "--arch"));
+  auto import = run_flashjit({"cache", "import", dir / "missing.fjb", "--cache-dir", cache});
+  CHECK(import.code == 2);
+  CHECK(contains(import.err, "FILE"));
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("cache path prints the resolved root and creates nothing") {
+  TempDir dir;
+  auto r = run_flashjit({"cache", "path", "--cache-dir", dir / "some/cache/"});
+  CHECK(r.code == 0);
+  CHECK(r.out == dir / "some/cache" + "\n");
+  CHECK(missing_or_empty(dir / "some"));
+}
+
+TEST_CASE("version names the library and NVRTC") {
+  auto r = run_flashjit({"version", "--json"});
+  REQUIRE(r.code == 0);  // the test machines have NVRTC: the NVRTC suites need it anyway
+  auto j = r.json();
+  CHECK(j["version"].get<std::string>().size() > 0);
+  CHECK(j["nvrtc"]["version"].get<std::string>().size() > 0);
+  auto text = run_flashjit({"version"});
+  CHECK(contains(text.out, "flashjit "));
+  CHECK(contains(text.out, "NVRTC "));
+}

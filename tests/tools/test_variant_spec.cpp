@@ -1,0 +1,176 @@
+// What warmup is asked for: dtype/mask/tiling parsing, named sets, flags, JSON files, byte sizes,
+// and the plan over archs and tilings (no NVRTC work: planning compiles nothing).
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "byte_size.hpp"
+#include "cli_test_util.hpp"
+#include "kernel_family.hpp"
+#include "variant_spec.hpp"
+#include "warmup_plan.hpp"
+
+using namespace flashjit;
+using namespace flashjit::tools;
+using flashjit::tools::test::contains;
+
+TEST_CASE("dtype, mask and tiling parsing name the option and the rule") {
+  CHECK(parse_dtype("bf16", "--dtype")->dtype == DType::bf16);
+  CHECK(parse_dtype("tf32", "--dtype")->fp32_math == Fp32Math::tf32);
+  auto bad = parse_dtype("f8", "--dtype");
+  REQUIRE(!bad.ok());
+  CHECK(contains(bad.error().message(), "--dtype"));
+  CHECK(contains(bad.error().message(), "'f8'"));
+
+  CHECK(parse_mask("causal", "--mask").value() == Mask::causal);
+  CHECK(!parse_mask("sliding", "--mask").ok());
+
+  auto t = parse_tiling("m64n32w4s3", "--tiling");
+  REQUIRE(t.ok());
+  CHECK(t->block_m == 64);
+  CHECK(t->block_n == 32);
+  CHECK(t->warps == 4);
+  CHECK(t->stages == 3);
+  for (const char* text : {"m64n32w4", "m64n32w4s3x", "64n32w4s3", "m064n32w4s3", ""})
+    CHECK_MESSAGE(!parse_tiling(text, "--tiling").ok(), text);
+}
+
+TEST_CASE("widest_vec follows the head dims and the dtype's 16-byte limit") {
+  CHECK(widest_vec(DType::f16, 128, 128) == 8);
+  CHECK(widest_vec(DType::f32, 128, 128) == 4);
+  CHECK(widest_vec(DType::f16, 36, 36) == 4);
+  CHECK(widest_vec(DType::bf16, 130, 64) == 2);
+  CHECK(widest_vec(DType::f16, 33, 33) == 1);
+}
+
+TEST_CASE("named sets have the documented sizes and are all valid") {
+  CHECK(variant_set("default")->size() == 8);
+  CHECK(variant_set("prefill")->size() == 40);
+  CHECK(variant_set("all-dims")->size() == 60);
+  for (const auto& s : variant_sets()) {
+    const auto set = variant_set(s.name);
+    for (const auto& v : set.value()) CHECK_MESSAGE(v.semantics.check().ok(), v.semantics.name());
+  }
+  auto bad = variant_set("everything");
+  REQUIRE(!bad.ok());
+  CHECK(contains(bad.error().message(), "--set"));
+  CHECK(contains(bad.error().message(), "prefill"));
+}
+
+TEST_CASE("flags give the cross product of dtypes, head dims and masks") {
+  VariantFlags f;
+  CHECK(!f.any());
+  f.dtypes = {"f16", "bf16"};
+  f.head_dims = {64, 96};
+  f.masks = {"none", "causal"};
+  f.lse = true;
+  CHECK(f.any());
+  auto specs = variants_from_flags(f);
+  REQUIRE(specs.ok());
+  CHECK(specs->size() == 8);
+  for (const auto& s : specs.value()) CHECK(s.semantics.write_lse);
+
+  VariantFlags g;
+  g.head_dims = {128};
+  g.head_dim_v = 64;
+  g.tiling = "m64n64w4s2";
+  g.gqa = true;
+  auto one = variants_from_flags(g);
+  REQUIRE(one.ok());
+  REQUIRE(one->size() == 1);
+  CHECK(one->front().semantics.head_dim_v == 64);
+  CHECK(one->front().semantics.gqa);
+  CHECK(one->front().tiling->name() == "m64n64w4s2");
+  CHECK(one->front().semantics.dtype == DType::f16);  // the default
+
+  VariantFlags no_dim;
+  no_dim.dtypes = {"f16"};
+  CHECK(contains(variants_from_flags(no_dim).error().message(), "--head-dim"));
+  VariantFlags big;
+  big.head_dims = {512};
+  CHECK(contains(variants_from_flags(big).error().message(), "--head-dim: must be in [1, 256]"));
+  VariantFlags vec;
+  vec.head_dims = {36};
+  vec.vec = 8;
+  CHECK(contains(variants_from_flags(vec).error().message(), "--vec"));
+}
+
+TEST_CASE("JSON variant lists: fields, defaults and errors that point at the entry") {
+  auto doc = nlohmann::json::parse(R"([
+    {"dtype": "bf16", "head_dim": 128, "mask": "causal", "lse": true},
+    {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4}
+  ])");
+  auto specs = variants_from_json(doc, "v.json");
+  REQUIRE(specs.ok());
+  REQUIRE(specs->size() == 2);
+  CHECK((*specs)[0].semantics.name() == "bf16-d128-causal-lse-v8");
+  CHECK((*specs)[1].semantics.name() == "f16-d64v32-gqa-v4");
+  CHECK((*specs)[1].tiling->name() == "m64n64w4s2");
+  CHECK((*specs)[1].origin == "v.json[1]");
+  CHECK(variants_from_json(nlohmann::json::parse(R"({"variants": [{"head_dim": 64}]})"), "v.json")->size() == 1);
+
+  auto err = [](const char* text) { return variants_from_json(nlohmann::json::parse(text), "v.json").error().message(); };
+  CHECK(contains(err(R"([{"head_dim": 64}, {"hed_dim": 64}])"), "v.json[1]: unknown field 'hed_dim'"));
+  CHECK(contains(err(R"([{"head_dim": "64"}])"), "v.json[0].head_dim: must be an integer"));
+  CHECK(contains(err(R"([{"head_dim": 64, "dtype": "f8"}])"), "v.json[0].dtype"));
+  CHECK(contains(err(R"([{"dtype": "f16"}])"), "v.json[0]: needs a head_dim"));
+  CHECK(contains(err(R"([{"head_dim": 64, "tiling": "big"}])"), "v.json[0].tiling"));
+  CHECK(contains(err(R"({"head_dim": 64})"), "list"));
+}
+
+TEST_CASE("variants_from_file reads a file and refuses bad JSON") {
+  test::TempDir dir;
+  std::ofstream(dir / "ok.json") << R"([{"head_dim": 64}])";
+  std::ofstream(dir / "bad.json") << "[{";
+  CHECK(variants_from_file(dir / "ok.json")->size() == 1);
+  CHECK(contains(variants_from_file(dir / "bad.json").error().message(), "not valid JSON"));
+  CHECK(contains(variants_from_file(dir / "missing.json").error().message(), "--variants"));
+}
+
+TEST_CASE("byte sizes: suffixes in, readable sizes out") {
+  CHECK(parse_byte_size("1048576", "--max-bytes").value() == 1048576);
+  CHECK(parse_byte_size("512M", "--max-bytes").value() == 512ull << 20);
+  CHECK(parse_byte_size("2G", "--max-bytes").value() == 2ull << 30);
+  CHECK(parse_byte_size("2GiB", "--max-bytes").value() == 2ull << 30);
+  CHECK(parse_byte_size("1.5k", "--max-bytes").value() == 1536);
+  CHECK(parse_byte_size("100B", "--max-bytes").value() == 100);
+  CHECK(parse_byte_size("0", "--max-bytes").value() == 0);
+  for (const char* bad : {"", "G", "12X", "1.5", "1..5G", "2GB2", "-1", "99999999999T"}) {
+    auto r = parse_byte_size(bad, "--max-bytes");
+    CHECK_MESSAGE(!r.ok(), bad);
+    if (!r.ok()) CHECK(contains(r.error().message(), "--max-bytes"));
+  }
+  CHECK(format_bytes(812) == "812 B");
+  CHECK(format_bytes(4096) == "4.00 KiB");
+  CHECK(format_bytes(1536ull << 20) == "1.50 GiB");
+}
+
+TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tilings, no duplicates") {
+  auto engine = Engine::create().value();
+  const std::vector<Arch> archs{Arch::parse("sm_80").value(), Arch::parse("sm_90a").value()};
+  VariantFlags f;
+  f.head_dims = {64};
+  auto specs = variants_from_flags(f).value();
+  specs.push_back(specs.front());  // a duplicate is compiled once
+
+  auto jobs = plan_warmup(*engine, specs, archs, false);
+  REQUIRE(jobs.ok());
+  REQUIRE(jobs->size() == 2);
+  CHECK((*jobs)[0].arch.name() == "sm_80");
+  CHECK((*jobs)[1].arch.name() == "sm_90a");
+  CHECK((*jobs)[0].variant == engine->default_variant(specs[0].semantics, "sm_80").value());
+
+  auto all = plan_warmup(*engine, specs, {archs[0]}, true);
+  REQUIRE(all.ok());
+  const auto candidates = find_family("fa2_sm80")->candidate_tilings(archs[0], specs[0].semantics);
+  bool default_among = false;
+  for (const auto& t : candidates) default_among |= t == (*jobs)[0].variant.tiling;
+  CHECK(all->size() == candidates.size() + (default_among ? 0 : 1));
+  CHECK(all->front().variant == (*jobs)[0].variant);  // the default first
+
+  specs[0].tiling = Tiling{128, 256, 4, 4};  // far more shared memory than any arch has
+  auto bad = plan_warmup(*engine, specs, archs, false);
+  REQUIRE(!bad.ok());
+  CHECK(contains(bad.error().message(), "--dtype/--head-dim"));
+  CHECK(contains(bad.error().message(), "shared memory"));
+}

@@ -1,0 +1,179 @@
+// `flashjit tune`: the offline autotuner. Times every candidate tiling of each (variant, shape
+// bucket) on this machine's GPU and stores the winners in the cache, where every later process
+// on this device and arch finds them (EngineOptions::tune_mode offline or first-use).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/device.hpp"
+#include "context.hpp"
+#include "flashjit/flashjit.hpp"
+#include "progress_bar.hpp"
+#include "variant_spec.hpp"
+
+namespace flashjit::tools {
+namespace {
+
+struct TuneOptions {
+  VariantFlags flags;
+  std::vector<std::string> sets;
+  std::string workload;
+  std::vector<int> seqs{4096};
+  int seq_k = 0;
+  long long batch_heads = 64;
+  bool retune = false;
+  bool json = false;
+  int device = 0;
+  std::string cache_dir;
+};
+
+struct Job {
+  Semantics semantics;
+  std::int64_t seqlen_q, seqlen_k, batch_x_heads;
+  std::string origin;
+};
+
+Result<std::vector<Job>> jobs_from_workload(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error(Code::io_error, "--workload: cannot read " + path);
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  if (doc.is_discarded() || !doc.is_array())
+    return Error(Code::invalid_argument, "--workload: " + path + " must hold a JSON list of shape objects");
+  std::vector<Job> jobs;
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    nlohmann::json v = doc[i];
+    const std::string where = path + "[" + std::to_string(i) + "]";
+    if (!v.is_object()) return Error(Code::invalid_argument, where + " must be an object");
+    auto take = [&](const char* k, std::int64_t fallback) -> Result<std::int64_t> {
+      if (!v.contains(k)) return fallback;
+      if (!v[k].is_number_integer() || v[k].get<std::int64_t>() < 1)
+        return Error(Code::invalid_argument, where + "." + k + " must be a positive integer");
+      const std::int64_t x = v[k].get<std::int64_t>();
+      v.erase(k);
+      return x;
+    };
+    auto sq = take("seqlen_q", -1);
+    if (!sq.ok()) return std::move(sq).error();
+    if (sq.value() < 0) return Error(Code::invalid_argument, where + ".seqlen_q is required");
+    auto sk = take("seqlen_k", sq.value());
+    auto bh = take("batch_x_heads", 64);
+    if (!sk.ok()) return std::move(sk).error();
+    if (!bh.ok()) return std::move(bh).error();
+    auto specs = variants_from_json(nlohmann::json::array({v}), where);
+    if (!specs.ok()) return std::move(specs).error();
+    for (auto& s : specs.value()) jobs.push_back({s.semantics, sq.value(), sk.value(), bh.value(), where});
+  }
+  return jobs;
+}
+
+int run(Context& ctx, const TuneOptions& o) {
+  std::vector<Job> jobs;
+  if (!o.workload.empty()) {
+    auto w = jobs_from_workload(o.workload);
+    if (!w.ok()) return usage_error(ctx, "tune", w.error().message());
+    jobs = std::move(w).value();
+  }
+  std::vector<VariantSpec> specs;
+  for (const auto& name : o.sets) {
+    auto s = variant_set(name);
+    if (!s.ok()) return usage_error(ctx, "tune", s.error().message());
+    specs.insert(specs.end(), s->begin(), s->end());
+  }
+  if (o.flags.any()) {
+    auto s = variants_from_flags(o.flags);
+    if (!s.ok()) return usage_error(ctx, "tune", s.error().message());
+    specs.insert(specs.end(), s->begin(), s->end());
+  }
+  for (int s : o.seqs)
+    if (s < 1) return usage_error(ctx, "tune", "--seq: sequence lengths must be >= 1");
+  if (o.batch_heads < 1) return usage_error(ctx, "tune", "--batch-heads must be >= 1");
+  for (const auto& spec : specs)
+    for (int s : o.seqs) jobs.push_back({spec.semantics, s, o.seq_k > 0 ? o.seq_k : s, o.batch_heads, spec.origin});
+  if (jobs.empty()) return usage_error(ctx, "tune", "nothing to tune: give --set, --head-dim (with --dtype/--mask) or --workload");
+
+  auto gpu = GpuContext::open(o.device);
+  if (!gpu.ok()) return failure(ctx, "tune", "tuning needs a GPU", gpu.error());
+  EngineOptions eo;
+  if (!o.cache_dir.empty()) eo.cache_dir = o.cache_dir;
+  auto engine = Engine::create(eo);
+  if (!engine.ok()) return failure(ctx, "tune", "", engine.error());
+  ctx.err << "tuning " << jobs.size() << " bucket(s) on " << gpu->info().name << " (" << gpu->info().arch << ")\n";
+
+  ProgressStyle style;
+  style.tty = ctx.err_is_tty;
+  style.verb = "tuning";
+  ProgressBar bar(ctx.err, jobs.size(), style);
+  nlohmann::json results = nlohmann::json::array();
+  int failures = 0;
+  for (const Job& job : jobs) {
+    TuneRequest req;
+    req.semantics = job.semantics;
+    req.seqlen_q = job.seqlen_q, req.seqlen_k = job.seqlen_k, req.batch_x_heads = job.batch_x_heads;
+    req.retune = o.retune;
+    const std::string label = job.semantics.name() + " Sq" + std::to_string(job.seqlen_q) + " Sk" +
+                              std::to_string(job.seqlen_k) + " BH" + std::to_string(job.batch_x_heads);
+    const std::size_t ticket = bar.begin(label);
+    auto r = engine.value()->tune(req);
+    if (!r.ok()) {
+      ++failures;
+      bar.end(ticket, "FAILED " + label + ": " + r.error().to_string());
+      results.push_back({{"shape", label}, {"error", r.error().to_string()}});
+      continue;
+    }
+    const double tf = r->flops / (r->ms * 1e-3) / 1e12;
+    const double dtf = r->default_ms ? r->flops / (*r->default_ms * 1e-3) / 1e12 : 0;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-52s %-13s %7.1f TFLOP/s  default %-13s %7.1f TFLOP/s  x%.2f  %s", r->key.c_str(),
+                  r->chosen.tiling.name().c_str(), tf, r->default_tiling.name().c_str(), dtf, dtf > 0 ? tf / dtf : 0.0,
+                  r->reused ? "(stored)" : (format_duration(r->seconds)).c_str());
+    bar.end(ticket, line);
+    nlohmann::json cands = nlohmann::json::array();
+    for (const auto& c : r->candidates) {
+      nlohmann::json cj{{"tiling", c.tiling}, {"status", c.status}};
+      if (c.ms) cj["ms"] = *c.ms;
+      if (!c.reason.empty()) cj["reason"] = c.reason;
+      cands.push_back(cj);
+    }
+    results.push_back({{"key", r->key}, {"variant", r->chosen.name()}, {"tiling", r->chosen.tiling.name()}, {"ms", r->ms},
+                       {"tflops", tf}, {"default_tiling", r->default_tiling.name()},
+                       {"default_ms", r->default_ms ? nlohmann::json(*r->default_ms) : nlohmann::json()},
+                       {"default_tflops", dtf}, {"seconds", r->seconds}, {"reused", r->reused},
+                       {"store", r->store_path}, {"candidates", cands}});
+  }
+  bar.finish();
+  if (o.json)
+    ctx.out << nlohmann::json{{"device", gpu->info().name}, {"arch", gpu->info().arch}, {"results", results}}.dump(1) << "\n";
+  return failures ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app, Context& ctx) {
+  auto o = std::make_shared<TuneOptions>();
+  CLI::App* sub = app.add_subcommand("tune", "Time every candidate tiling on this GPU and store the fastest per shape bucket");
+  sub->add_option("--set", o->sets, "Named variant set (see `flashjit warmup --help`)")->delimiter(',');
+  sub->add_option("--dtype", o->flags.dtypes, "f16, bf16, f32 or tf32; comma list allowed")->delimiter(',');
+  sub->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K; comma list allowed")->delimiter(',');
+  sub->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)");
+  sub->add_option("--mask", o->flags.masks, "none or causal; comma list allowed")->delimiter(',');
+  sub->add_flag("--gqa", o->flags.gqa, "Query heads share key/value heads");
+  sub->add_flag("--lse", o->flags.lse, "Also write the log-sum-exp");
+  sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")->delimiter(',');
+  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq");
+  sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)");
+  sub->add_option("--workload", o->workload,
+                  "JSON list of shapes: objects with the variant fields (dtype, head_dim, mask, gqa, lse, ...) "
+                  "and seqlen_q, seqlen_k, batch_x_heads");
+  sub->add_flag("--retune", o->retune, "Time again even where a current result is stored");
+  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)");
+  sub->add_option("--cache-dir", o->cache_dir, "Cache root (default: $FLASHJIT_CACHE_DIR, else XDG, else ~/.cache/flashjit)");
+  sub->add_flag("--json", o->json, "Print every bucket's result and candidate timings as JSON on stdout");
+  sub->footer(
+      "Shapes share a result within a bucket: powers of two of Sq, Sk and batch*heads.\n"
+      "Example: flashjit tune --dtype f16,bf16 --head-dim 64,128 --mask none,causal --seq 4096,16384 --batch-heads 64");
+  on_parsed(sub, ctx, [&ctx, o] { return run(ctx, *o); });
+}
+
+}  // namespace flashjit::tools

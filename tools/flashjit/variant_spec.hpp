@@ -1,0 +1,66 @@
+// What `flashjit warmup` is asked to compile, before archs and tilings are applied: result-
+// changing semantics plus an optional fixed tiling, from named sets, command-line flags or a
+// JSON file. Every parser names the argument (or file position) and the rule it broke.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashjit/status.hpp"
+#include "flashjit/variant.hpp"
+
+namespace flashjit::tools {
+
+struct VariantSpec {
+  Semantics semantics;
+  std::optional<Tiling> tiling;  // unset: the kernel family's default for each arch
+  std::string origin;            // where it came from, for messages: "--set prefill", "v.json[2]"
+};
+
+struct DTypeChoice {
+  DType dtype = DType::f16;
+  Fp32Math fp32_math = Fp32Math::exact;
+};
+
+// f16, bf16, f32 (exact: 3xTF32) or tf32 (f32 data, TF32 math).
+Result<DTypeChoice> parse_dtype(const std::string& text, const std::string& option);
+// none or causal.
+Result<Mask> parse_mask(const std::string& text, const std::string& option);
+// "m128n64w4s2": BLOCK_M, BLOCK_N, warps, stages.
+Result<Tiling> parse_tiling(const std::string& text, const std::string& option);
+// The widest global access (elements) both head dims allow: what forward() picks for aligned,
+// contiguous tensors, hence the variant worth having warm.
+int widest_vec(DType dtype, int head_dim_qk, int head_dim_v);
+
+// Named sets for --set.
+struct VariantSet {
+  const char* name;
+  const char* description;
+};
+const std::vector<VariantSet>& variant_sets();
+Result<std::vector<VariantSpec>> variant_set(const std::string& name);
+
+// Explicit variants from flags: the cross product of dtypes x head dims x masks.
+struct VariantFlags {
+  std::vector<std::string> dtypes;  // default f16
+  std::vector<int> head_dims;       // required when any of these flags is given
+  int head_dim_v = 0;               // 0: each head dim
+  std::vector<std::string> masks;   // default none
+  bool gqa = false;
+  bool lse = false;
+  std::string tiling;  // empty: each arch's default
+  int vec = 0;         // 0: widest_vec
+
+  bool any() const;  // whether any explicit-variant flag was given
+};
+Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& flags);
+
+// A JSON list of objects (or {"variants": [...]}) with the flags' fields: dtype, head_dim,
+// head_dim_v, mask, gqa, lse, tiling, vec. Unknown fields are refused (they are typos).
+Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source);
+Result<std::vector<VariantSpec>> variants_from_file(const std::string& path);
+
+}  // namespace flashjit::tools

@@ -1,0 +1,55 @@
+// `flashjit version`: the library and the NVRTC it loads, plus what else keys the kernel cache
+// (so two machines can tell whether a shipped bundle will hit).
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "context.hpp"
+#include "flashjit/flashjit.hpp"
+#include "kernel_binaries.hpp"
+#include "kernel_family.hpp"
+#include "nvrtc_library.hpp"
+#include "template_store.hpp"
+
+namespace flashjit::tools {
+namespace {
+
+struct VersionOptions {
+  bool json = false;
+};
+
+int run(Context& ctx, const VersionOptions& o) {
+  const std::string library = version();  // "flashjit 0.1.0 (NVRTC 13.0)"
+  const std::string number = library.substr(0, library.find(" (")).substr(library.find(' ') + 1);
+  auto nvrtc = NvrtcLibrary::get();
+  std::string families;
+  for (const auto* f : kernel_families()) families += (families.empty() ? "" : ", ") + std::string(f->name());
+  const std::string& templates = TemplateStore::instance().content_hash();
+  if (o.json) {
+    nlohmann::json nv = nvrtc.ok() ? nlohmann::json{{"version", nvrtc.value()->version}, {"path", nvrtc.value()->path}}
+                                   : nlohmann::json{{"error", nvrtc.error().to_string()}};
+    ctx.out << nlohmann::json{{"version", number}, {"nvrtc", nv}, {"engine_format", kEngineFormatVersion},
+                              {"templates_hash", templates}, {"kernel_families", families}}
+                   .dump(2)
+            << "\n";
+  } else {
+    ctx.out << "flashjit " << number << "\n";
+    if (nvrtc.ok()) ctx.out << "NVRTC " << nvrtc.value()->version << " (" << nvrtc.value()->path << ")\n";
+    else ctx.out << "NVRTC: not available (" << nvrtc.error().message() << ")\n";
+    ctx.out << "kernel families: " << families << "\n"
+            << "engine format " << kEngineFormatVersion << ", templates " << templates << "\n";
+  }
+  return nvrtc.ok() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+void add_version_command(CLI::App& app, Context& ctx) {
+  auto o = std::make_shared<VersionOptions>();
+  CLI::App* sub = app.add_subcommand("version", "Print the library version, the NVRTC version and what keys the kernel cache");
+  sub->add_flag("--json", o->json, "Machine-readable output on stdout");
+  sub->footer("Exit code 1 when NVRTC cannot be loaded (nothing could be compiled).");
+  on_parsed(sub, ctx, [&ctx, o] { return run(ctx, *o); });
+}
+
+}  // namespace flashjit::tools

@@ -1,0 +1,25 @@
+// Turns what warmup was asked for (variant specs x archs, optionally x every candidate tiling)
+// into the list of kernels to compile, checked in full before anything is compiled or written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashjit/flashjit.hpp"
+#include "variant_spec.hpp"
+
+namespace flashjit::tools {
+
+struct WarmupJob {
+  KernelVariant variant;
+  Arch arch;
+};
+
+// Per arch, per spec: the engine's default variant (family and tiling), the spec's tiling when
+// it names one, and with `all_tilings` every tiling the family's autotuner may pick as well.
+// Duplicates are dropped, order is kept. Every job passes check_variant(); the first that does
+// not is an error naming the spec's origin and the arch.
+Result<std::vector<WarmupJob>> plan_warmup(const Engine& engine, const std::vector<VariantSpec>& specs,
+                                           const std::vector<Arch>& archs, bool all_tilings);
+
+}  // namespace flashjit::tools

@@ -1,0 +1,40 @@
+// Compiles warmup jobs on a pool of threads through the engine (and so into its disk cache),
+// reporting each start and finish to a progress bar.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flashjit/flashjit.hpp"
+#include "progress_bar.hpp"
+#include "warmup_plan.hpp"
+
+namespace flashjit::tools {
+
+struct WarmupResult {
+  WarmupJob job;
+  bool ok = false;
+  bool from_disk = false;   // already cached: nothing was compiled
+  double compile_ms = 0;    // NVRTC time; 0 from disk
+  double wall_ms = 0;       // the whole step, lookups and stores included
+  std::size_t cubin_bytes = 0;
+  std::string error;        // when !ok: the full error, NVRTC log included
+};
+
+struct RunnerOptions {
+  int threads = 1;
+  // Run after each successful compile; a failed Status turns the result into a failure (warmup
+  // uses it to confirm the kernel really reached the disk cache, since a failed store is only
+  // logged by the engine).
+  std::function<Status(const WarmupJob&)> confirm;
+};
+
+// Results in the order of `jobs`.
+std::vector<WarmupResult> run_warmup(const Engine& engine, const std::vector<WarmupJob>& jobs,
+                                     const RunnerOptions& options, ProgressBar& bar);
+
+// "sm_80 fa2_sm80-f16-d64-v8-m128n128w4s2"
+std::string job_label(const WarmupJob& job);
+
+}  // namespace flashjit::tools
