@@ -5,6 +5,16 @@
 
 #include "fa2_sm80/config.cuh"
 
+// Developer switches for measuring alternatives (set through FLASHJIT_NVRTC_OPTIONS, which is
+// part of the cache key). FJ_LAZY_RESCALE=0: move the max on every increase (classic FA2).
+// FJ_EXP2_HALF2=1: fp16 variants exponentiate two probabilities per MUFU op (ex2.approx.f16x2).
+#ifndef FJ_LAZY_RESCALE
+#define FJ_LAZY_RESCALE 1
+#endif
+#ifndef FJ_EXP2_HALF2
+#define FJ_EXP2_HALF2 0
+#endif
+
 namespace fj::fa2 {
 
 // Sets scores of keys past seqlen_k, and (causal) keys past a row's diagonal, to -inf.
@@ -51,7 +61,7 @@ struct SoftmaxState {
   // are exp2(-inf) = 0 and it never produces NaN.
   FJ_DEVICE void update(float (&s)[kMTiles][kNTilesS][4], float (&o)[kMTiles][kNTilesO][4],
                         float scale_log2) {
-    constexpr float kRescaleThreshold = 8.f;
+    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
     float alpha[kMTiles][2];
     bool any_rescale = false;
 #pragma unroll
@@ -75,11 +85,19 @@ struct SoftmaxState {
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt) {
+          if constexpr (FJ_EXP2_HALF2 && kDtype == kF16) {
+            float p0, p1;
+            exp2_half2(fmaf(s[mt][nt][2 * h], scale_log2, -shift), fmaf(s[mt][nt][2 * h + 1], scale_log2, -shift), p0, p1);
+            s[mt][nt][2 * h] = p0;
+            s[mt][nt][2 * h + 1] = p1;
+            sum += p0 + p1;
+          } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
-            s[mt][nt][2 * h + e] = p;
-            sum += p;
+            for (int e = 0; e < 2; ++e) {
+              const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
+              s[mt][nt][2 * h + e] = p;
+              sum += p;
+            }
           }
         }
         row_sum[mt][h] += sum;
