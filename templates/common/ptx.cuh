@@ -86,17 +86,6 @@ FJ_DEVICE float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-// Two exponentials in one MUFU op, computed in fp16: the arguments are rounded to fp16 first.
-FJ_DEVICE void exp2_half2(float x0, float x1, float& y0, float& y1) {
-  unsigned packed;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(x1), "f"(x0));
-  unsigned r;
-  asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(r) : "r"(packed));
-  unsigned short lo = (unsigned short)(r & 0xffffu), hi = (unsigned short)(r >> 16);
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(y0) : "h"(lo));
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(y1) : "h"(hi));
-}
-
 FJ_DEVICE float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

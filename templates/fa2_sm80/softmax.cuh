@@ -5,14 +5,12 @@
 
 #include "fa2_sm80/config.cuh"
 
-// Developer switches for measuring alternatives (set through FLASHJIT_NVRTC_OPTIONS, which is
-// part of the cache key). FJ_LAZY_RESCALE=0: move the max on every increase (classic FA2).
-// FJ_EXP2_HALF2=1: fp16 variants exponentiate two probabilities per MUFU op (ex2.approx.f16x2).
+// Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
+// FJ_LAZY_RESCALE=0 moves the max on every increase, as FA2 does. Measured on the H100,
+// default tilings, fp16: lazy is 1-5% faster at D=64 and D=128 except D=128 S=16384
+// non-causal (346 vs 358 TFLOP/s); see bench/NOTES.md.
 #ifndef FJ_LAZY_RESCALE
 #define FJ_LAZY_RESCALE 1
-#endif
-#ifndef FJ_EXP2_HALF2
-#define FJ_EXP2_HALF2 0
 #endif
 
 namespace fj::fa2 {
@@ -85,19 +83,11 @@ struct SoftmaxState {
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kNTilesS; ++nt) {
-          if constexpr (FJ_EXP2_HALF2 && kDtype == kF16) {
-            float p0, p1;
-            exp2_half2(fmaf(s[mt][nt][2 * h], scale_log2, -shift), fmaf(s[mt][nt][2 * h + 1], scale_log2, -shift), p0, p1);
-            s[mt][nt][2 * h] = p0;
-            s[mt][nt][2 * h + 1] = p1;
-            sum += p0 + p1;
-          } else {
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
-              s[mt][nt][2 * h + e] = p;
-              sum += p;
-            }
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
+            s[mt][nt][2 * h + e] = p;
+            sum += p;
           }
         }
         row_sum[mt][h] += sum;

@@ -61,8 +61,10 @@ class Fa2Sm80 final : public KernelFamily {
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out;
-    for (int bm : {64, 128})
-      for (int bn : {32, 64, 128})
+    // BLOCK_N 48 and 96 and BLOCK_M 192 fill the register file between the power-of-two sizes
+    // (D=128 128x48 and D=64 192x64 compile without spills at 4 warps).
+    for (int bm : {64, 128, 192})
+      for (int bn : {32, 48, 64, 96, 128})
         for (int w : {4, 8})
           for (int st : {2, 3}) {
             const Tiling t{bm, bn, w, st};
