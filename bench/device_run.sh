@@ -6,7 +6,7 @@ OUT=${OUT:-/tmp/flashjit-out}
 mkdir -p "$OUT"
 what=${1:-all}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-export FLASHJIT_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export FLASHJIT_COMMIT=${FLASHJIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [[ $what == tests || $what == all ]]; then
   # The binary directly: a carried build's CTestTestfile holds this machine's absolute paths.
   timeout ${TEST_TIMEOUT:-300} ./build/tests/gpu/test_gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE "^  (f16|bf16|f32)" | tail -40

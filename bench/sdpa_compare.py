@@ -93,10 +93,13 @@ def main():
                     "%.1f" % r["sdpa_cudnn"] if r["sdpa_cudnn"] else "-",
                     "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"]), flush=True)
             del q, k, v, o
-    try:
-        commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True).strip()
-    except Exception:
-        commit = os.environ.get("FLASHJIT_COMMIT", "unknown")
+    commit = os.environ.get("FLASHJIT_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                             stderr=subprocess.DEVNULL).strip()
+        except Exception:
+            commit = "unknown"
     meta = {"device": dev, "date": datetime.date.today().isoformat(), "commit": commit, "torch": torch.__version__,
             "dtype": a.dtype, "flashjit": fj_version(lib)}
     if a.json:
