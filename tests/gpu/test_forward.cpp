@@ -1,5 +1,9 @@
 // Correctness of the forward kernels on a real GPU against a float64 CPU reference.
+#include <atomic>
+#include <thread>
+
 #include "gpu_fixture.hpp"
+#include "kernel_family.hpp"
 
 using namespace flashjit;
 using flashjit::gpu_test::run_and_check;
@@ -116,4 +120,46 @@ TEST_CASE("zero keys give zeros and -inf lse") {
   CaseSpec s = spec(DType::f16, 64, 0, 64, Mask::none, 61);
   s.lse = true;
   run_and_check(s);
+}
+
+TEST_CASE("every candidate tiling the tuner may pick computes the same attention") {
+  auto& f = gpu_test::Fixture::get();
+  const Arch arch = Arch::parse(f.gpu.info().arch).value();
+  struct Pick {
+    DType dt;
+    int d;
+    Mask m;
+  };
+  for (const Pick& pick : {Pick{DType::f16, 64, Mask::causal}, Pick{DType::bf16, 128, Mask::none},
+                           Pick{DType::f16, 96, Mask::causal}, Pick{DType::f32, 64, Mask::none}}) {
+    CaseSpec s = spec(pick.dt, 300, 517, pick.d, pick.m, 71 + pick.d);
+    s.mask = pick.m;
+    auto c = tools::AttentionCase::create(f.gpu, s);
+    REQUIRE(c.ok());
+    auto variant = f.engine->plan(c->args(), arch.name()).value();
+    const auto tilings = find_family(variant.family)->candidate_tilings(arch, variant.semantics);
+    // Compile all candidates on every core first (into the disk cache), then run each.
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
+      pool.emplace_back([&] {
+        for (std::size_t i; (i = next++) < tilings.size();) {
+          KernelVariant v = variant;
+          v.tiling = tilings[i];
+          (void)f.engine->compile(v, arch.name());
+        }
+      });
+    for (auto& th : pool) th.join();
+    for (const Tiling& t : tilings) {
+      INFO(s.describe() << " tiling " << t.name());
+      REQUIRE(c->poison().ok());
+      auto st = f.engine->forward_with_tiling(c->args(), t);
+      REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+      REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
+      auto r = c->check().value();
+      CHECK(r.unwritten == 0);
+      CHECK(r.rel_l2 <= gpu_test::tolerance(s));
+    }
+    std::printf("  %zu tilings checked for %s\n", tilings.size(), s.describe().c_str());
+  }
 }
