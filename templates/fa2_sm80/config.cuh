@@ -40,8 +40,4 @@ constexpr int kNTilesO = kDV / 8;      // n8 tiles of the output tile
 constexpr int kQFragRegs = kMTiles * (kDQK / 16) * 4;
 constexpr bool kQInRegisters = k16Bit && kQFragRegs <= 16;
 
-// With three or more stages the next K tile is resident while the current tile is in softmax,
-// so the main loop computes S(j+1) under softmax(j) (two score tiles live: more registers).
-constexpr bool kPipelineScores = kStages >= 3;
-
 }  // namespace fj::fa2

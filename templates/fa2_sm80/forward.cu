@@ -119,71 +119,42 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kMTiles][4];
   const int row_base = m0 + warp_row0 + (lane >> 2);
 
-  using ScoreTile = float[kMTiles][kNTilesS][4];
-  auto load_q_regs = [&] {
+  for (int j = 0; j < n_blocks; ++j) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
     if constexpr (kQInRegisters) {
+      if (j == 0) {
 #pragma unroll
-      for (int kk = 0; kk < kDQK / 16; ++kk)
+        for (int kk = 0; kk < kDQK / 16; ++kk)
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
+          for (int mt = 0; mt < kMTiles; ++mt) load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
+      }
     }
-  };
-  // S = Q . K(tile)^T
-  auto scores = [&](ScoreTile& s, int tile) {
-    const Elem* sK = sKV + (tile % kStages) * kStageElems;
+    if (j + kStages - 1 < n_blocks) load_kv(j + kStages - 1);
+    cp_async_commit();
+
+    const Elem* sK = sKV + (j % kStages) * kStageElems;
+    const Elem* sV = sK + kBlockN * kStrideQK;
+    float s[kMTiles][kNTilesS][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kNTilesS; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
+
     if constexpr (k16Bit) gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, warp_row0, lane);
     else gemm_qk32(s, sQ, sK, warp_row0, lane);
-  };
-  // Mask, softmax, O += P . V(tile)
-  auto accumulate = [&](ScoreTile& s, int tile) {
-    const Elem* sV = sKV + (tile % kStages) * kStageElems + kBlockN * kStrideQK;
-    const int n0 = tile * kBlockN;
-    const bool needs_mask = n0 + kBlockN > p.seqlen_k || (kCausal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+
+    const int n0 = j * kBlockN;
+    const bool needs_mask = n0 + kBlockN > p.seqlen_k ||
+                            (kCausal && n0 + kBlockN - 1 > m0 + p.causal_offset);
     if (needs_mask) apply_mask(s, row_base, n0 + 2 * (lane & 3), p.seqlen_k, p.causal_offset);
+
     sm.update(s, o, p.scale_log2);
+
     if constexpr (k16Bit) gemm_pv16(o, s, sV, lane);
     else gemm_pv32(o, s, sV, lane);
-  };
-
-  if constexpr (!kPipelineScores) {
-    for (int j = 0; j < n_blocks; ++j) {
-      cp_async_wait<kStages - 2>();  // tile j has landed
-      __syncthreads();               // ... for every thread, and tile j-1's buffer is free
-      if (j == 0) load_q_regs();
-      if (j + kStages - 1 < n_blocks) load_kv(j + kStages - 1);
-      cp_async_commit();
-      ScoreTile s;
-      scores(s, j);
-      accumulate(s, j);
-    }
-  } else if (n_blocks > 0) {
-    // The scores of tile j+1 are computed while tile j goes through softmax, so tensor-core
-    // work overlaps the exp/ALU work inside each warp; K(j+1) must be resident, hence a ring of
-    // at least three tiles.
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    load_q_regs();
-    ScoreTile sa, sb;
-    scores(sa, 0);
-    auto step = [&](int j, ScoreTile& cur, ScoreTile& next) {
-      cp_async_wait<kStages - 3>();  // tiles j and j+1 have landed
-      __syncthreads();
-      if (j + kStages - 1 < n_blocks) load_kv(j + kStages - 1);
-      cp_async_commit();
-      if (j + 1 < n_blocks) scores(next, j + 1);
-      accumulate(cur, j);
-    };
-    for (int j = 0; j < n_blocks; j += 2) {
-      step(j, sa, sb);
-      if (j + 1 >= n_blocks) break;
-      step(j + 1, sb, sa);
-    }
   }
 
   write_output(p, o, sm, sQ, m0, warp_row0, b, head, tid, lane);
