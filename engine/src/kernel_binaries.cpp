@@ -11,17 +11,22 @@ namespace flashjit {
 KernelBinaries::KernelBinaries(bool use_disk, std::optional<std::string> cache_dir, Log log)
     : use_disk_(use_disk), cache_dir_(std::move(cache_dir)), log_(std::move(log)) {}
 
+cache::EntryKey KernelBinaries::cache_key_from(const KernelVariant& v, const Arch& arch, const std::string& templates_hash,
+                                               const std::string& nvrtc_version, const std::vector<std::string>& options) {
+  ContentHasher h;
+  h.field("engine_format", kEngineFormatVersion)
+      .field("templates", templates_hash)
+      .field("variant", v.content_hash())
+      .field("nvrtc", nvrtc_version)
+      .field("arch", arch.name());
+  for (const auto& o : options) h.field("option", o);
+  return cache::EntryKey{arch.name(), v.name(), h.hex()};
+}
+
 Result<cache::EntryKey> KernelBinaries::cache_key(const KernelVariant& v, const Arch& arch) {
   auto nv = NvrtcLibrary::get();
   if (!nv.ok()) return std::move(nv).error();
-  ContentHasher h;
-  h.field("engine_format", kEngineFormatVersion)
-      .field("templates", TemplateStore::instance().content_hash())
-      .field("variant", v.content_hash())
-      .field("nvrtc", nv.value()->version)
-      .field("arch", arch.name());
-  for (const auto& o : compile_options(arch)) h.field("option", o);
-  return cache::EntryKey{arch.name(), v.name(), h.hex()};
+  return cache_key_from(v, arch, TemplateStore::instance().content_hash(), nv.value()->version, compile_options(arch));
 }
 
 cache::DiskCache* KernelBinaries::open_disk() {

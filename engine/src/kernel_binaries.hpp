@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cache/disk_cache.hpp"
 #include "cache/entry_key.hpp"
@@ -38,6 +39,9 @@ class KernelBinaries {
   KernelBinaries(bool use_disk, std::optional<std::string> cache_dir, Log log);
 
   static Result<cache::EntryKey> cache_key(const KernelVariant& v, const Arch& arch);
+  // The same key from explicit inputs (what cache_key() reads from the running process).
+  static cache::EntryKey cache_key_from(const KernelVariant& v, const Arch& arch, const std::string& templates_hash,
+                                        const std::string& nvrtc_version, const std::vector<std::string>& options);
   Result<KernelBinary> get(const KernelVariant& v, const Arch& arch);
 
   // The disk cache, if one is open (tools manage it directly).

@@ -1,0 +1,104 @@
+// The disk-cache key is content: any input that can change the binary changes the key, and
+// nothing else (names, timestamps) takes part.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+#include "compiler.hpp"
+#include "kernel_binaries.hpp"
+#include "nvrtc_library.hpp"
+#include "template_store.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+KernelVariant variant() {
+  KernelVariant v{"fa2_sm80", {}, {}};
+  v.semantics.head_dim_qk = v.semantics.head_dim_v = 64;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the cache key changes with template text, options, NVRTC version, arch and variant") {
+  const Arch sm80 = Arch::parse("sm_80").value(), sm90a = Arch::parse("sm_90a").value();
+  const std::vector<std::string> opts = compile_options(sm80);
+  const auto base = KernelBinaries::cache_key_from(variant(), sm80, "templates-A", "13.0", opts);
+  CHECK(base == KernelBinaries::cache_key_from(variant(), sm80, "templates-A", "13.0", opts));
+  CHECK(base.name == variant().name());  // readable file name
+  CHECK(base.arch == "sm_80");
+
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm80, "templates-B", "13.0", opts).content_hash);
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm80, "templates-A", "13.1", opts).content_hash);
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm90a, "templates-A", "13.0", compile_options(sm90a)).content_hash);
+  auto more = opts;
+  more.push_back("-DFJ_LAZY_RESCALE=0");
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm80, "templates-A", "13.0", more).content_hash);
+  // Options are framed: moving a boundary between two options is a different key.
+  auto a = opts, b = opts;
+  a.push_back("-DX");
+  a.push_back("-DY");
+  b.push_back("-DX-DY");
+  CHECK(KernelBinaries::cache_key_from(variant(), sm80, "t", "13.0", a).content_hash !=
+        KernelBinaries::cache_key_from(variant(), sm80, "t", "13.0", b).content_hash);
+  KernelVariant other = variant();
+  other.tiling.stages = 3;
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(other, sm80, "templates-A", "13.0", opts).content_hash);
+}
+
+TEST_CASE("the running process keys on the embedded templates and NVRTC options from the environment") {
+  const Arch sm80 = Arch::parse("sm_80").value();
+  auto k1 = KernelBinaries::cache_key(variant(), sm80);
+  REQUIRE(k1.ok());
+  setenv("FLASHJIT_NVRTC_OPTIONS", "-DFJ_LAZY_RESCALE=0", 1);
+  auto k2 = KernelBinaries::cache_key(variant(), sm80);
+  unsetenv("FLASHJIT_NVRTC_OPTIONS");
+  REQUIRE(k2.ok());
+  CHECK(k1->content_hash != k2->content_hash);
+  const std::string nvrtc = NvrtcLibrary::get().value()->version;
+  CHECK(k1->content_hash == KernelBinaries::cache_key_from(variant(), sm80, TemplateStore::instance().content_hash(),
+                                                           nvrtc, compile_options(sm80)).content_hash);
+}
+
+TEST_CASE("a corrupt cached kernel is a miss that is rebuilt and replaced, through the engine's path") {
+  char tmpl[] = "/tmp/fj-binaries-test-XXXXXX";
+  REQUIRE(mkdtemp(tmpl));
+  const std::string root = tmpl;
+  std::vector<std::string> log;
+  KernelBinaries bins(true, root, [&](const std::string& m) { log.push_back(m); });
+  const Arch sm80 = Arch::parse("sm_80").value();
+  auto first = bins.get(variant(), sm80);
+  REQUIRE(first.ok());
+  CHECK(first->origin == BinaryOrigin::compiled);
+  auto second = bins.get(variant(), sm80);
+  REQUIRE(second.ok());
+  CHECK(second->origin == BinaryOrigin::disk);
+  CHECK(second->cubin == first->cubin);
+  // Flip one byte near the end of the entry file (inside the cubin payload).
+  const auto key = KernelBinaries::cache_key(variant(), sm80).value();
+  const std::string path = bins.disk()->entry_path(key);
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    REQUIRE(f);
+    std::fseek(f, -100, SEEK_END);
+    const int c = std::fgetc(f);
+    std::fseek(f, -100, SEEK_END);
+    std::fputc(c ^ 0x5a, f);
+    std::fclose(f);
+  }
+  auto third = bins.get(variant(), sm80);
+  REQUIRE(third.ok());
+  CHECK(third->origin == BinaryOrigin::compiled);  // rebuilt
+  CHECK(third->cubin == first->cubin);
+  bool logged = false;
+  for (const auto& m : log) logged |= m.find("corrupt") != std::string::npos || m.find("checksum") != std::string::npos;
+  CHECK(logged);
+  auto fourth = bins.get(variant(), sm80);  // replaced: a hit again
+  REQUIRE(fourth.ok());
+  CHECK(fourth->origin == BinaryOrigin::disk);
+  std::filesystem::remove_all(root);
+}
