@@ -19,15 +19,7 @@ namespace {
 const char* kDevice = "NVIDIA H100 80GB HBM3";
 
 AutotunerOptions options_for(const std::string& root, TuneMode mode, LogSink* log = nullptr) {
-  AutotunerOptions o;
-  o.mode = mode;
-  o.root = root;
-  o.device_name = kDevice;
-  o.arch = "sm_90a";
-  o.nvrtc_version = "12.4";
-  o.driver_version = "12040";
-  o.logger = log ? log->fn() : Logger([](const std::string&) {});
-  return o;
+  return autotuner_options(root, mode, kDevice, log);
 }
 
 Autotuner make_tuner(const std::string& root, TuneMode mode, LogSink* log = nullptr) {

@@ -14,15 +14,7 @@ using namespace flashjit::autotune::test;
 namespace {
 
 AutotunerOptions options_for(const std::string& root) {
-  AutotunerOptions o;
-  o.mode = TuneMode::offline_only;
-  o.root = root;
-  o.device_name = "NVIDIA H200";
-  o.arch = "sm_90a";
-  o.nvrtc_version = "12.4";
-  o.driver_version = "12040";
-  o.logger = [](const std::string&) {};
-  return o;
+  return autotuner_options(root, TuneMode::offline_only, "NVIDIA H200");
 }
 
 std::vector<TuningKey> offline_keys() {

@@ -70,22 +70,16 @@ TEST_CASE("atomic_file: creating in a missing folder fails with the path named")
 
 TEST_CASE("atomic_file: a writer killed mid-write leaves only a stale temp file") {
   TempDir dir;
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
     auto w = AtomicFileWriter::create(dir / "out");
     if (!w.ok() || !w->write("half of the da").ok()) ::_exit(1);
-    (void)!::write(ready[1], "x", 1);
-    ::pause();
-    ::_exit(2);
-  }
-  char c;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
-  ::kill(child, SIGKILL);
-  CHECK(wait_child(child) == 128 + SIGKILL);
-  ::close(ready[0]);
-  ::close(ready[1]);
+    child.tell_parent_and_pause();
+  });
+  REQUIRE(child.reached());
+  CHECK(child.kill() == 128 + SIGKILL);
+  child.close_pipe();
   CHECK_FALSE(exists(dir / "out"));
   REQUIRE(count_with_prefix(dir.path(), ".tmp-") == 1);
   std::string temp;

@@ -12,14 +12,6 @@ using namespace flashjit::cache::test;
 
 namespace {
 
-DiskCache open_cache(const std::string& root) {
-  Options o;
-  o.root = root;
-  auto c = DiskCache::open(o);
-  REQUIRE(c.ok());
-  return std::move(c).value();
-}
-
 // Writes a bundle by hand, following the documented format, so tests can build hostile ones
 // (export_bundle only ever writes valid entries).
 struct RawEntry {

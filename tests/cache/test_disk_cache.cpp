@@ -22,16 +22,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-DiskCache open_cache(const std::string& root, LogSink* log = nullptr, std::optional<std::uint64_t> max_bytes = {}) {
-  Options o;
-  o.root = root;
-  o.max_bytes = max_bytes;
-  if (log) o.logger = log->fn();
-  auto c = DiskCache::open(o);
-  REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
-  return std::move(c).value();
-}
-
 std::function<Result<std::string>()> builder_of(std::string payload, int* runs = nullptr) {
   return [payload, runs]() -> Result<std::string> {
     if (runs) ++*runs;
@@ -300,27 +290,23 @@ TEST_CASE("disk_cache: a builder killed with SIGKILL does not block the next one
   TempDir tmp;
   std::string root = tmp / "root";
   EntryKey key = make_key("slow");
-  int started[2];
-  REQUIRE(::pipe(started) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
     Options o;
     o.root = root;
     auto cache = DiskCache::open(o);
     if (!cache.ok()) ::_exit(3);
     (void)cache->get_or_build(key, [&]() -> Result<std::string> {
-      (void)!::write(started[1], "x", 1);
+      child.tell_parent();
       ::sleep(60);  // killed long before this ends
       return std::string("from child");
     });
     ::_exit(0);
-  }
-  char c;
-  REQUIRE(::read(started[0], &c, 1) == 1);  // the child holds the key's lock and is building
-  ::kill(child, SIGKILL);
-  CHECK(wait_child(child) == 128 + SIGKILL);
-  ::close(started[0]);
-  ::close(started[1]);
+  });
+  REQUIRE(child.reached());  // the child holds the key's lock and is building
+  CHECK(child.kill() == 128 + SIGKILL);
+  child.close_pipe();
 
   auto cache = open_cache(root);
   auto t0 = std::chrono::steady_clock::now();
@@ -339,23 +325,17 @@ TEST_CASE("disk_cache: a writer killed mid-write leaves no valid-looking entry, 
   auto cache = open_cache(root);
   EntryKey key = make_key("half");
   REQUIRE(cache.store(make_key("other"), "x").ok());  // creates the arch folder
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
     std::string full = encode_entry_header(entry_identity(key), "payload payload") + "payload payload";
     auto w = AtomicFileWriter::create(cache.entry_path(key));
     if (!w.ok() || !w->write(full.substr(0, full.size() / 2)).ok()) ::_exit(1);
-    (void)!::write(ready[1], "x", 1);
-    ::pause();
-    ::_exit(2);
-  }
-  char c;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
-  ::kill(child, SIGKILL);
-  CHECK(wait_child(child) == 128 + SIGKILL);
-  ::close(ready[0]);
-  ::close(ready[1]);
+    child.tell_parent_and_pause();
+  });
+  REQUIRE(child.reached());
+  CHECK(child.kill() == 128 + SIGKILL);
+  child.close_pipe();
 
   CHECK_FALSE(cache.load(key).value().has_value());
   CHECK(count_with_prefix(root + "/sm_90a", ".tmp-") == 1);

@@ -19,15 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-DiskCache open_cache(const std::string& root, std::optional<std::uint64_t> max_bytes = {}) {
-  Options o;
-  o.root = root;
-  o.max_bytes = max_bytes;
-  auto c = DiskCache::open(o);
-  REQUIRE(c.ok());
-  return std::move(c).value();
-}
-
 std::uint64_t size_of(const DiskCache& cache, const EntryKey& key, std::size_t payload) {
   (void)cache;
   return entry_file_bytes(entry_identity(key).size(), payload);

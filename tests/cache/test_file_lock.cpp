@@ -67,28 +67,24 @@ TEST_CASE("file_lock: try_acquire and acquire_for report a held lock") {
 TEST_CASE("file_lock: a SIGKILLed holder leaves no stale lock") {
   TempDir dir;
   std::string path = dir / "k.lock";
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  pid_t child = ::fork();
-  if (child == 0) {
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
     auto lock = FileLock::acquire(path);
     if (!lock.ok()) ::_exit(1);
-    (void)!::write(ready[1], "x", 1);
+    child.tell_parent();
     ::sleep(30);
     ::_exit(2);
-  }
-  char c;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
+  });
+  REQUIRE(child.reached());
   CHECK_FALSE(FileLock::try_acquire(path)->has_value());
-  ::kill(child, SIGKILL);
-  CHECK(wait_child(child) == 128 + SIGKILL);
+  CHECK(child.kill() == 128 + SIGKILL);
   auto t0 = std::chrono::steady_clock::now();
   auto lock = FileLock::acquire_for(path, 5s);
   REQUIRE(lock.ok());
   CHECK(lock->has_value());
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
-  ::close(ready[0]);
-  ::close(ready[1]);
+  child.close_pipe();
 }
 
 TEST_CASE("file_lock: lock files are removed only when unheld, and waiters survive removal") {

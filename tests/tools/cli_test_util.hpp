@@ -1,5 +1,5 @@
 // Helpers for the flashjit CLI tests: run the tool in-process with captured streams, in a
-// private temp folder per test.
+// private temp folder per test (TempDir, from tests/support/test_support.hpp).
 #pragma once
 
 #include <unistd.h>
@@ -15,29 +15,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace flashjit::tools::test {
 
-// A fresh folder under /tmp (mode 0700, from mkdtemp), removed with everything in it at the end.
-class TempDir {
+// A fresh folder /tmp/fj-cli-test-XXXXXX, removed with everything in it at the end.
+class TempDir : public test_support::TempDir {
  public:
-  TempDir() {
-    char tmpl[] = "/tmp/fj-cli-test-XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    path_ = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  TempDir() : test_support::TempDir("fj-cli-test") {}
 };
 
 struct CliResult {
