@@ -2,10 +2,10 @@
 
 namespace flashjit {
 
-Result<DeviceContextInfo> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {
+Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {
   {
     std::lock_guard lock(mu_);
-    if (auto it = map_.find(ctx); it != map_.end()) return it->second;
+    if (auto it = map_.find(ctx); it != map_.end()) return &it->second;
   }
   // cuCtxGetDevice reads the current context, which the caller has made `ctx`.
   CUdevice dev = 0;
@@ -24,8 +24,7 @@ Result<DeviceContextInfo> DeviceContexts::info(const DriverLibrary& drv, CUconte
   info.arch.minor = minor;
   info.arch.suffix = major == 9 ? 'a' : 0;
   std::lock_guard lock(mu_);
-  map_[ctx] = info;
-  return info;
+  return &map_.try_emplace(ctx, std::move(info)).first->second;
 }
 
 }  // namespace flashjit

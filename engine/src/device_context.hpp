@@ -23,7 +23,9 @@ struct DeviceContextInfo {
 
 class DeviceContexts {
  public:
-  Result<DeviceContextInfo> info(const DriverLibrary& drv, CUcontext ctx);
+  // Stable pointer (map nodes never move); read once per context, so the dispatch path does
+  // not copy the device name on every call.
+  Result<const DeviceContextInfo*> info(const DriverLibrary& drv, CUcontext ctx);
 
  private:
   std::mutex mu_;

@@ -135,7 +135,7 @@ class Engine::Impl {
     }
     auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
-    const DeviceContextInfo& info = info_r.value();
+    const DeviceContextInfo& info = *info_r.value();
     auto family_r = choose_family(info.arch, problem.semantics);
     if (!family_r.ok()) return std::move(family_r).error();
     const KernelFamily& family = *family_r.value();
@@ -178,7 +178,7 @@ class Engine::Impl {
     if (!ctx) return Error(Code::invalid_argument, "tune needs a current CUDA context (the GPU to tune on)");
     auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
-    const DeviceContextInfo info = info_r.value();
+    const DeviceContextInfo info = *info_r.value();
     auto family_r = choose_family(info.arch, req.semantics);
     if (!family_r.ok()) return std::move(family_r).error();
     const KernelFamily& family = *family_r.value();
