@@ -2,6 +2,8 @@
 // (scan/list/verify/prune/clear) live in disk_cache_manage.cpp.
 #include "cache/disk_cache.hpp"
 
+#include "cache/byte_size.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,40 +37,6 @@ class BuildingGuard {
  private:
   const EntryKey* saved_;
 };
-
-// "<digits>[K|M|G|T][i][B]", binary multiples. Zero is refused: a cap of nothing is a mistake,
-// not a way to disable the cache.
-Result<std::uint64_t> parse_byte_count(const std::string& text, const std::string& what) {
-  auto bad = [&] {
-    return Error(Code::invalid_argument,
-                 what + " must be a positive byte count such as 2147483648 or 2G, got '" + text + "'")
-        .with("value", text);
-  };
-  std::size_t i = 0;
-  std::uint64_t v = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    if (v > (UINT64_MAX - 9) / 10) return bad();
-    v = v * 10 + static_cast<std::uint64_t>(text[i] - '0');
-  }
-  if (i == 0) return bad();
-  std::string suffix = text.substr(i);
-  int shift = 0;
-  if (!suffix.empty()) {
-    switch (suffix[0]) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      case 'T': case 't': shift = 40; break;
-      default: return bad();
-    }
-    std::string tail = suffix.substr(1);
-    if (!(tail.empty() || tail == "B" || tail == "iB")) return bad();
-  }
-  if (shift && v > (UINT64_MAX >> shift)) return bad();
-  v <<= shift;
-  if (v == 0) return bad();
-  return v;
-}
 
 std::function<void(const std::string&)> default_logger() {
   const char* v = std::getenv("FLASHJIT_LOG");
@@ -225,8 +193,10 @@ Result<DiskCache> DiskCache::open(Options options) {
     if (*options.max_bytes == 0) return Error(Code::invalid_argument, "Options.max_bytes must be positive");
     max_bytes = *options.max_bytes;
   } else if (const char* env = std::getenv("FLASHJIT_CACHE_MAX_BYTES"); env && *env) {
-    auto parsed = parse_byte_count(env, "FLASHJIT_CACHE_MAX_BYTES");
+    auto parsed = parse_byte_size(env, "FLASHJIT_CACHE_MAX_BYTES");
     if (!parsed) return std::move(parsed).error();
+    // A cap of nothing is a mistake, not a way to disable the cache (FLASHJIT_DISK_CACHE=0 is).
+    if (*parsed == 0) return Error(Code::invalid_argument, "FLASHJIT_CACHE_MAX_BYTES must be positive, got '" + std::string(env) + "'");
     max_bytes = *parsed;
   }
   auto dir = CacheDir::open(root);

@@ -4,13 +4,12 @@
 #include <cstdint>
 #include <string>
 
+#include "cache/byte_size.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::tools {
 
-// "<number>[K|M|G|T][i][B]" (binary multiples; a fraction such as 1.5G is allowed with a suffix).
-// `option` names the argument in the error, e.g. "--max-bytes".
-Result<std::uint64_t> parse_byte_size(const std::string& text, const std::string& option);
+using cache::parse_byte_size;  // shared with FLASHJIT_CACHE_MAX_BYTES
 
 // "812 B", "4.0 KiB", "1.2 MiB", "3.50 GiB".
 std::string format_bytes(std::uint64_t bytes);
