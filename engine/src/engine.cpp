@@ -189,29 +189,11 @@ class Engine::Impl {
       ao.progress = [&](std::size_t done, std::size_t total, const Tiling& t, double s) { req.progress(done, total, t.name(), s); };
     auto tuner = autotune::Autotuner::create(std::move(ao));
     if (!tuner.ok()) return std::move(tuner).error();
-    std::unique_ptr<TuningSession> session;
     const auto candidates = family.candidate_tilings(info.arch, req.semantics);
     const Tiling def = family.default_tiling(info.arch, req.semantics);
-    Status session_error;
-    auto ensure_session = [&]() -> bool {
-      if (session) return true;
-      auto s = TuningSession::create(drv, ctx, info, loader_, key, options_.log);
-      if (!s.ok()) {
-        session_error = std::move(s).error();
-        return false;
-      }
-      session = std::move(s).value();
-      session->precompile(candidates, std::max(1u, std::thread::hardware_concurrency()));
-      return true;
-    };
-    autotune::Measure measure = [&](const Tiling& t) -> Result<double> {
-      if (!ensure_session()) return session_error.error();
-      return session->measure()(t);
-    };
-    autotune::Prune prune = [&](const Tiling& t) -> std::optional<std::string> {
-      if (!ensure_session()) return session_error.error().message();
-      return session->prune()(t);
-    };
+    LazyTuningSession session(drv, ctx, info, loader_, key, candidates, options_.log);
+    const autotune::Measure measure = session.measure();
+    const autotune::Prune prune = session.prune();
     const auto t0 = std::chrono::steady_clock::now();
     auto record = tuner->tune_key(key, candidates, def, measure, prune,
                                   req.retune ? autotune::Autotuner::Retune::always : autotune::Autotuner::Retune::if_missing);
@@ -237,7 +219,7 @@ class Engine::Impl {
               (req.semantics.mask == Mask::causal && shape.seqlen_q == shape.seqlen_k ? 0.5 : 1.0);
     for (const auto& c : record->candidates)
       r.candidates.push_back({c.tiling.name(), autotune::candidate_status_name(c.status), c.ms, c.reason});
-    r.reused = !session;
+    r.reused = !session.started();
     r.seconds = r.reused ? 0 : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.store_path = tuner->store_path();
     return r;
@@ -249,7 +231,7 @@ class Engine::Impl {
     s.launches = launches_.load();
     s.module_loads = l.loads;
     s.disk_hits = l.disk_hits;
-    s.compiles = compiles_estimate(l);
+    s.compiles = l.compiles;
     s.compile_ms = l.compile_ms;
     s.plan_hits = plan_hits_.load();
     s.tunes = tunes_.load();
@@ -257,8 +239,6 @@ class Engine::Impl {
   }
 
  private:
-  static std::uint64_t compiles_estimate(const LoaderStats& l) { return l.compile_ms > 0 ? l.loads - std::min(l.loads, l.disk_hits) : 0; }
-
   static EngineOptions with_env(EngineOptions o) {
     if (!o.log) {
       const char* env = std::getenv("FLASHJIT_LOG");
@@ -313,28 +293,9 @@ class Engine::Impl {
       auto tuner = tuner_for(drv, ctx, info);
       if (tuner.ok() && tuner.value()->mode() != autotune::TuneMode::off) {
         const auto candidates = family.candidate_tilings(info.arch, bucket.semantics);
-        std::unique_ptr<TuningSession> session;
-        Status session_error;
-        auto ensure = [&]() -> bool {
-          if (session) return true;
-          if (options_.log) options_.log("tuning " + bucket.to_string() + " on " + info.name + " (first use)");
-          auto s = TuningSession::create(drv, ctx, info, loader_, bucket, options_.log);
-          if (!s.ok()) return session_error = std::move(s).error(), false;
-          session = std::move(s).value();
-          session->precompile(candidates, std::max(1u, std::thread::hardware_concurrency()));
-          tunes_.fetch_add(1, std::memory_order_relaxed);
-          return true;
-        };
-        auto chosen = tuner.value()->choose(
-            bucket, candidates, def,
-            [&](const Tiling& t) -> Result<double> {
-              if (!ensure()) return session_error.error();
-              return session->measure()(t);
-            },
-            [&](const Tiling& t) -> std::optional<std::string> {
-              if (!ensure()) return session_error.error().message();
-              return session->prune()(t);
-            });
+        LazyTuningSession session(drv, ctx, info, loader_, bucket, candidates, options_.log);
+        auto chosen = tuner.value()->choose(bucket, candidates, def, session.measure(), session.prune());
+        if (session.started()) tunes_.fetch_add(1, std::memory_order_relaxed);
         if (chosen.ok()) tiling = chosen.value();
       } else if (!tuner.ok() && options_.log) {
         options_.log("tuning results unavailable, using defaults: " + tuner.error().to_string());

@@ -7,6 +7,7 @@ Result<KernelBinary> KernelLoader::binary(const KernelVariant& v, const Arch& ar
   if (!bin.ok()) return bin;
   std::lock_guard lock(mu_);
   if (bin->origin == BinaryOrigin::disk) ++stats_.disk_hits;
+  else ++stats_.compiles;
   stats_.compile_ms += bin->compile_ms;
   return bin;
 }

@@ -18,6 +18,7 @@ struct LoaderStats {
   std::uint64_t loads = 0;       // module loads (misses of the in-memory cache)
   std::uint64_t memory_hits = 0;
   std::uint64_t disk_hits = 0;
+  std::uint64_t compiles = 0;    // NVRTC runs (binaries not found on disk)
   double compile_ms = 0;
 };
 

@@ -142,4 +142,32 @@ Result<double> TuningSession::time(const Tiling& t) {
   return median;
 }
 
+Status LazyTuningSession::ensure() {
+  if (session_) return {};
+  if (failed_) return *failed_;  // a session that could not be set up is not retried per candidate
+  if (log_) log_("tuning " + key_.to_string() + " on " + info_.name);
+  auto s = TuningSession::create(drv_, ctx_, info_, loader_, key_, log_);
+  if (!s.ok()) {
+    failed_ = s.error();
+    return *failed_;
+  }
+  session_ = std::move(s).value();
+  session_->precompile(candidates_, std::max(1u, std::thread::hardware_concurrency()));
+  return {};
+}
+
+autotune::Measure LazyTuningSession::measure() {
+  return [this](const Tiling& t) -> Result<double> {
+    FJ_TRY(ensure());
+    return session_->measure()(t);
+  };
+}
+
+autotune::Prune LazyTuningSession::prune() {
+  return [this](const Tiling& t) -> std::optional<std::string> {
+    if (auto st = ensure(); !st.ok()) return st.error().message();
+    return session_->prune()(t);
+  };
+}
+
 }  // namespace flashjit

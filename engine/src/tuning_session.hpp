@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "autotune/problem_bucket.hpp"
@@ -42,6 +43,33 @@ class TuningSession {
   FjFwdParams params_{};
   ProblemShape shape_;
   CUevent start_ = nullptr, stop_ = nullptr;
+};
+
+// The tuner's measure/prune callbacks over a session that is only created (buffers allocated,
+// candidates compiled) when the tuner first asks: a stored result needs none of that.
+class LazyTuningSession {
+ public:
+  LazyTuningSession(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info, KernelLoader& loader,
+                    autotune::TuningKey key, std::vector<Tiling> candidates, TuningSession::Log log)
+      : drv_(drv), ctx_(ctx), info_(info), loader_(loader), key_(std::move(key)), candidates_(std::move(candidates)),
+        log_(std::move(log)) {}
+
+  autotune::Measure measure();
+  autotune::Prune prune();
+  bool started() const { return session_ != nullptr; }
+
+ private:
+  Status ensure();
+
+  const DriverLibrary& drv_;
+  CUcontext ctx_;
+  const DeviceContextInfo& info_;
+  KernelLoader& loader_;
+  autotune::TuningKey key_;
+  std::vector<Tiling> candidates_;
+  TuningSession::Log log_;
+  std::unique_ptr<TuningSession> session_;
+  std::optional<Error> failed_;
 };
 
 }  // namespace flashjit
