@@ -8,7 +8,7 @@
 #include "autotune/tuning_store.hpp"
 #include "cache/file_lock.hpp"
 #include "cache/posix_io.hpp"
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 namespace flashjit::autotune {
 

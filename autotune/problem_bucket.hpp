@@ -17,7 +17,7 @@
 #include <string>
 
 #include "flashjit/variant.hpp"
-#include "kernel_family.hpp"
+#include "base/problem_shape.hpp"
 
 namespace flashjit::autotune {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <set>
 
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 namespace flashjit::autotune {
 

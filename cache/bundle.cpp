@@ -12,7 +12,7 @@
 #include "cache/entry_file.hpp"
 #include "cache/file_lock.hpp"
 #include "cache/le_codec.hpp"
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

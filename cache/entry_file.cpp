@@ -9,7 +9,7 @@
 
 #include "cache/atomic_file.hpp"
 #include "cache/le_codec.hpp"
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 namespace flashjit::cache {
 

@@ -1,7 +1,7 @@
 #include "kernel_binaries.hpp"
 
 #include "compiler.hpp"
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 #include "kernel_family.hpp"
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"

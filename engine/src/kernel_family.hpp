@@ -8,14 +8,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/problem_shape.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 
 namespace flashjit {
-
-struct ProblemShape {
-  std::int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0;
-};
 
 struct LaunchGrid {
   unsigned x = 1, y = 1, z = 1;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 namespace flashjit {
 

@@ -1,5 +1,4 @@
-// Kernel templates embedded into the library at build time (cmake/EmbedTemplates.cmake): the
-// engine never reads template files at run time.
+// The embedded kernel templates as the engine uses them: looked up by path, hashed as a whole.
 #pragma once
 
 #include <cstddef>
@@ -7,16 +6,9 @@
 #include <string_view>
 #include <vector>
 
+#include "templates/embedded_templates.hpp"
+
 namespace flashjit {
-
-struct EmbeddedTemplate {
-  const char* path;  // relative to templates/, the name kernels #include
-  const char* text;
-  std::size_t size;
-};
-
-// Generated table.
-const EmbeddedTemplate* embedded_templates(std::size_t* count);
 
 class TemplateStore {
  public:

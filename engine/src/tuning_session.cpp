@@ -5,7 +5,7 @@
 #include <cmath>
 #include <thread>
 
-#include "host_float.hpp"
+#include "base/host_float.hpp"
 #include "problem.hpp"
 
 namespace flashjit {

@@ -14,7 +14,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "cache/entry_key.hpp"
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace flashjit::cache::test {

@@ -7,7 +7,7 @@
 #include <random>
 #include <thread>
 
-#include "host_float.hpp"  // engine/src
+#include "base/host_float.hpp"
 
 namespace flashjit::tools {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 namespace flashjit {
 

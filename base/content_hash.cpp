@@ -1,4 +1,4 @@
-#include "content_hash.hpp"
+#include "base/content_hash.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
