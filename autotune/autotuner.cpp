@@ -188,7 +188,8 @@ Result<Autotuner> Autotuner::create(AutotunerOptions options) {
   s->options = std::move(options);
   if (s->mode != TuneMode::off) {
     auto store = TuningStore::open(s->options.root, s->options.device_name, s->options.arch,
-                                   s->options.nvrtc_version, s->options.driver_version, s->logger);
+                                   s->options.nvrtc_version, s->options.driver_version, s->logger,
+                                   s->options.knob_tables);
     if (store) s->store.emplace(std::move(store).value());
     else s->log("tuning results will not be kept on disk: " + store.error().message());
   }

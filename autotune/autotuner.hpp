@@ -34,6 +34,7 @@
 #include "autotune/tuning_record.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
+#include "base/variant_json.hpp"
 
 namespace flashjit::autotune {
 
@@ -59,6 +60,8 @@ struct AutotunerOptions {
   std::chrono::milliseconds key_lock_timeout = std::chrono::minutes(10);
   // Empty: default_logger().
   Logger logger;
+  // Each family's knob table, to read stored tilings (the engine's family registry).
+  KnobTableLookup knob_tables;
 };
 
 struct AutotunerStats {

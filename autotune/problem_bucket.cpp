@@ -24,23 +24,17 @@ std::string TuningKey::to_string() const {
 }
 
 std::size_t TuningKeyHash::operator()(const TuningKey& key) const {
-  // Packs the small fields (each well under its bit budget) and mixes in the family name;
-  // a collision only costs an equality check.
-  const Semantics& s = key.semantics;
+  // Buckets are powers of two: their logs pack into a few bits each. A collision only costs an
+  // equality check.
   auto log2 = [](int bucket) {
     std::uint64_t l = 0;
     while ((1 << l) < bucket) ++l;
     return l;
   };
-  const std::uint64_t packed =
-      (std::uint64_t(s.dtype) << 62) ^ (std::uint64_t(s.fp32_math) << 60) ^
-      (std::uint64_t(s.head_dim_qk) << 50) ^ (std::uint64_t(s.head_dim_v) << 40) ^
-      (std::uint64_t(s.mask) << 38) ^ (std::uint64_t(s.gqa) << 37) ^ (std::uint64_t(s.write_lse) << 36) ^
-      (std::uint64_t(s.vec) << 30) ^ (log2(key.seq_q_bucket) << 20) ^ (log2(key.seq_k_bucket) << 10) ^
-      log2(key.batch_heads_bucket);
-  const std::size_t f = std::hash<std::string>{}(key.family);
+  const std::uint64_t buckets = (log2(key.seq_q_bucket) << 20) ^ (log2(key.seq_k_bucket) << 10) ^ log2(key.batch_heads_bucket);
+  const std::size_t f = std::hash<std::string>{}(key.family) ^ key.semantics.fast_hash();
   const std::uint64_t golden = 0x9E3779B97F4A7C15ull;  // odd constant that spreads bits (Fibonacci hashing)
-  return f ^ (packed * golden + golden + (f << 6) + (f >> 2));
+  return f ^ (buckets * golden + golden + (f << 6) + (f >> 2));
 }
 
 TuningKey make_tuning_key(const std::string& family, const Semantics& semantics, std::int64_t seqlen_q,

@@ -45,14 +45,15 @@ bool get_ms(const json& obj, const char* name, double& out) {
   return std::isfinite(out) && out > 0;
 }
 
-json tiling_json(const Tiling& t) {
-  return json{{"block_m", t.block_m}, {"block_n", t.block_n}, {"warps", t.warps}, {"stages", t.stages}};
-}
+json tiling_json(const Tiling& t) { return to_json(t); }
 
-bool get_tiling(const json& obj, const char* name, Tiling& out) {
+bool get_tiling(const json& obj, const char* name, const KnobTable& knobs, Tiling& out) {
   const json* v = member(obj, name);
-  return v && get_int(*v, "block_m", out.block_m) && get_int(*v, "block_n", out.block_n) &&
-         get_int(*v, "warps", out.warps) && get_int(*v, "stages", out.stages);
+  if (!v) return false;
+  auto t = tiling_from_json(knobs, *v, name);
+  if (!t.ok()) return false;
+  out = t.value();
+  return true;
 }
 
 json candidate_json(const CandidateResult& c) {
@@ -62,9 +63,9 @@ json candidate_json(const CandidateResult& c) {
   return j;
 }
 
-bool get_candidate(const json& j, CandidateResult& out) {
+bool get_candidate(const json& j, const KnobTable& knobs, CandidateResult& out) {
   std::string status;
-  if (!get_tiling(j, "tiling", out.tiling) || !get_string(j, "status", status)) return false;
+  if (!get_tiling(j, "tiling", knobs, out.tiling) || !get_string(j, "status", status)) return false;
   auto s = parse_candidate_status(status);
   if (!s) return false;
   out.status = *s;
@@ -94,11 +95,11 @@ json record_json(const TuningRecord& r) {
 }
 
 // Empty on success, else what is wrong with the record.
-std::string get_record(const json& j, TuningRecord& out) {
+std::string get_record(const json& j, const KnobTable& knobs, TuningRecord& out) {
   if (!j.is_object()) return "not an object";
-  if (!get_tiling(j, "tiling", out.tiling)) return "missing or bad 'tiling'";
+  if (!get_tiling(j, "tiling", knobs, out.tiling)) return "missing or bad 'tiling'";
   if (!get_ms(j, "ms", out.ms)) return "missing or bad 'ms'";
-  if (!get_tiling(j, "default_tiling", out.default_tiling)) return "missing or bad 'default_tiling'";
+  if (!get_tiling(j, "default_tiling", knobs, out.default_tiling)) return "missing or bad 'default_tiling'";
   if (member(j, "default_ms")) {
     double ms = 0;
     if (!get_ms(j, "default_ms", ms)) return "bad 'default_ms'";
@@ -112,7 +113,7 @@ std::string get_record(const json& j, TuningRecord& out) {
   if (!cands || !cands->is_array()) return "missing or bad 'candidates'";
   for (const json& c : *cands) {
     CandidateResult cr;
-    if (!get_candidate(c, cr)) return "bad entry in 'candidates'";
+    if (!get_candidate(c, knobs, cr)) return "bad entry in 'candidates'";
     out.candidates.push_back(std::move(cr));
   }
   // Informational fields: tolerated when absent or odd.
@@ -124,7 +125,7 @@ std::string get_record(const json& j, TuningRecord& out) {
 
 }  // namespace
 
-ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader& expect) {
+ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader& expect, const KnobTableLookup& knobs) {
   ParsedTuningFile out;
   auto corrupt = [&](std::string why) {
     out.state = TuningFileState::corrupt;
@@ -158,7 +159,9 @@ ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader
   if (!records || !records->is_object()) return corrupt("missing 'records' object");
   for (auto it = records->begin(); it != records->end(); ++it) {
     TuningRecord r;
-    std::string why = get_record(it.value(), r);
+    const std::string family = it.key().substr(0, it.key().find('/'));
+    const KnobTable* table = knobs ? knobs(family) : nullptr;
+    std::string why = table ? get_record(it.value(), *table, r) : "no kernel family '" + family + "' in this flashjit";
     if (why.empty()) out.records.emplace(it.key(), std::move(r));
     else out.bad_records.push_back(it.key() + ": " + why);
   }

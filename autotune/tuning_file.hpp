@@ -2,12 +2,13 @@
 // replaced (tuning_store.cpp). One file per (device, arch):
 //
 //   {
-//     "format": "flashjit-tuning", "format_version": 1,
+//     "format": "flashjit-tuning", "format_version": 2,
 //     "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90a",
 //     "nvrtc_version": "12.4", "driver_version": "12040",      <- of the last writer
 //     "records": {
 //       "fa2_sm80/f16-d128-causal-v8/sq4096/sk4096/bh64": {
 //         "tiling": {"block_m": 128, "block_n": 64, "warps": 4, "stages": 2}, "ms": 0.91,
+//                                        <- the knobs of the key's family (its knob table)
 //         "default_tiling": {...}, "default_ms": 1.02,
 //         "candidates": [{"tiling": {...}, "status": "timed", "ms": 1.02},
 //                        {"tiling": {...}, "status": "pruned", "reason": "needs 240 KB ..."}],
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "autotune/tuning_record.hpp"
+#include "base/variant_json.hpp"
 
 namespace flashjit::autotune {
 
@@ -35,7 +37,8 @@ namespace flashjit::autotune {
 inline constexpr const char* kTuningFormat = "flashjit-tuning";
 // Bumped on any change an older reader would misread; older versions are not migrated (tuning
 // is re-done instead), newer ones are left alone for the flashjit that wrote them.
-inline constexpr int kTuningFormatVersion = 1;
+// 2: tilings are the knobs of each family's table; semantics names gained varlen, window, ...
+inline constexpr int kTuningFormatVersion = 2;
 
 struct TuningFileHeader {
   std::string device_name;
@@ -59,8 +62,9 @@ struct ParsedTuningFile {
 };
 
 // `expect` gives the device name and arch the file must have been written for (its versions
-// are not compared here: that is per record, at lookup).
-ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader& expect);
+// are not compared here: that is per record, at lookup). A record's tilings are read with the
+// knob table of the family its key starts with ("fa2_sm80/..."); unknown families are bad records.
+ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader& expect, const KnobTableLookup& knobs);
 
 // Pretty-printed, keys sorted, so files diff well and identical content gives identical bytes.
 std::string serialize_tuning_file(const TuningFileHeader& header, const std::map<std::string, TuningRecord>& records);

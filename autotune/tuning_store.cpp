@@ -77,6 +77,7 @@ struct TuningStore::State {
   std::string root, dir, locks, path, lock_path;
   TuningFileHeader header;  // this process: device, arch and the versions records must match
   Logger logger;
+  KnobTableLookup knobs;
 
   mutable std::mutex mutex;  // guards records and warned
   std::map<std::string, TuningRecord> records;
@@ -133,7 +134,7 @@ struct TuningStore::State {
       parsed.state = TuningFileState::corrupt;
       parsed.problem = text.error().message();
     } else if (text->has_value()) {
-      parsed = parse_tuning_file(**text, header);
+      parsed = parse_tuning_file(**text, header, knobs);
     }
     if (parsed.state == TuningFileState::corrupt && holding_lock) {
       move_aside(parsed.problem);
@@ -172,7 +173,8 @@ TuningStore& TuningStore::operator=(TuningStore&&) noexcept = default;
 TuningStore::~TuningStore() = default;
 
 Result<TuningStore> TuningStore::open(std::optional<std::string> root, std::string device_name, std::string arch,
-                                      std::string nvrtc_version, std::string driver_version, Logger logger) {
+                                      std::string nvrtc_version, std::string driver_version, Logger logger,
+                                      KnobTableLookup knobs) {
   FJ_TRY(cache::validate_arch(arch));
   if (device_name.empty()) return Error(Code::invalid_argument, "tuning store: the device name is empty");
   if (!root) {
@@ -193,6 +195,7 @@ Result<TuningStore> TuningStore::open(std::optional<std::string> root, std::stri
   s->header = TuningFileHeader{std::move(device_name), std::move(arch), std::move(nvrtc_version),
                                std::move(driver_version)};
   s->logger = logger ? serialized_logger(std::move(logger)) : default_logger();
+  s->knobs = std::move(knobs);
   FJ_TRY(s->ensure_dirs());
 
   auto parsed = s->load_for_reading();

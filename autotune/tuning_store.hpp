@@ -27,6 +27,7 @@
 #include "autotune/log.hpp"
 #include "autotune/problem_bucket.hpp"
 #include "autotune/tuning_record.hpp"
+#include "base/variant_json.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::autotune {
@@ -58,8 +59,10 @@ class TuningStore {
   // 0700, checked private like the kernel cache) and reads the file if present. `arch` must be
   // a valid arch name ("sm_90a"), `device_name` non-empty. The versions identify the toolchain
   // whose timings count; records made under others are ignored. An empty logger: default_logger().
+  // `knobs` finds each family's knob table, to read stored tilings.
   static Result<TuningStore> open(std::optional<std::string> root, std::string device_name, std::string arch,
-                                  std::string nvrtc_version, std::string driver_version, Logger logger = {});
+                                  std::string nvrtc_version, std::string driver_version, Logger logger,
+                                  KnobTableLookup knobs);
 
   TuningStore(TuningStore&&) noexcept;
   TuningStore& operator=(TuningStore&&) noexcept;

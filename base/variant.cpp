@@ -7,6 +7,11 @@
 
 namespace flashjit {
 
+// Kernels compare these numbers (templates/*/config.cuh): keep them stable.
+static_assert(int(DType::f16) == 0 && int(DType::bf16) == 1 && int(DType::f32) == 2);
+static_assert(int(Mask::none) == 0 && int(Mask::causal) == 1);
+static_assert(int(Fp32Math::exact) == 0 && int(Fp32Math::tf32) == 1);
+
 const char* dtype_name(DType d) {
   switch (d) {
     case DType::f16: return "f16";
@@ -20,26 +25,59 @@ std::size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 2; }
 
 const char* mask_name(Mask m) { return m == Mask::causal ? "causal" : "none"; }
 
+const char* fp32_math_name(Fp32Math m) { return m == Fp32Math::tf32 ? "tf32" : "exact"; }
+
+namespace {
+
+// The readable form of one field's value, by type: enums by name, ints after their tag, bools
+// as their tag.
+std::string name_part(const SemanticsField&, DType v) { return dtype_name(v); }
+std::string name_part(const SemanticsField&, Mask v) { return mask_name(v); }
+std::string name_part(const SemanticsField&, Fp32Math v) { return fp32_math_name(v); }
+std::string name_part(const SemanticsField& f, int v) { return f.tag + std::to_string(v); }
+std::string name_part(const SemanticsField& f, bool) { return f.tag; }
+
+// Every field as an integer: what hashes see.
+template <class T> std::int64_t as_int(T v) { return static_cast<std::int64_t>(v); }
+
+}  // namespace
+
 bool Semantics::operator==(const Semantics& o) const {
-  return dtype == o.dtype && fp32_math == o.fp32_math && head_dim_qk == o.head_dim_qk &&
-         head_dim_v == o.head_dim_v && mask == o.mask && gqa == o.gqa && write_lse == o.write_lse &&
-         vec == o.vec;
+  bool same = true;
+#define FJ_SEMANTICS_EQ(type, field, def, constant, tag, style, why) same = same && field == o.field;
+  FLASHJIT_SEMANTICS_FIELDS(FJ_SEMANTICS_EQ)
+#undef FJ_SEMANTICS_EQ
+  return same;
 }
 
 std::string Semantics::name() const {
-  std::string n = dtype_name(dtype);
-  if (dtype == DType::f32) n += fp32_math == Fp32Math::tf32 ? "tf32" : "exact";
-  n += "-d" + std::to_string(head_dim_qk);
-  if (head_dim_v != head_dim_qk) n += "v" + std::to_string(head_dim_v);
-  if (mask == Mask::causal) n += "-causal";
-  if (gqa) n += "-gqa";
-  if (write_lse) n += "-lse";
-  n += "-v" + std::to_string(vec);
+  std::string n;
+  const auto append = [&](const std::string& part) { n += (n.empty() ? "" : "-") + part; };
+#define FJ_SEMANTICS_NAME(type, field, def, constant, tag, style, why)                      \
+  if (NameStyle::style == NameStyle::always || field != type(def))                           \
+    append(name_part(SemanticsField{#field, constant, tag, NameStyle::style, why}, field));
+  FLASHJIT_SEMANTICS_FIELDS(FJ_SEMANTICS_NAME)
+#undef FJ_SEMANTICS_NAME
   return n;
+}
+
+std::size_t Semantics::fast_hash() const {
+  // Fibonacci hashing over each field in turn; collisions only cost an equality check.
+  constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  std::uint64_t h = 0;
+  visit([&](const SemanticsField&, const auto& v) { h = (h ^ std::uint64_t(as_int(v))) * kGolden + (h >> 29); });
+  return std::size_t(h);
 }
 
 Status Semantics::check() const {
   auto bad = [](std::string msg) { return Error(Code::invalid_argument, std::move(msg)); };
+  if (dtype != DType::f16 && dtype != DType::bf16 && dtype != DType::f32)
+    return bad("dtype must be f16, bf16 or f32, got " + std::to_string(int(dtype)));
+  if (fp32_math != Fp32Math::exact && fp32_math != Fp32Math::tf32)
+    return bad("fp32_math must be exact or tf32, got " + std::to_string(int(fp32_math)));
+  if (fp32_math == Fp32Math::tf32 && dtype != DType::f32)
+    return bad("fp32_math tf32 applies to f32 inputs only, got " + std::string(dtype_name(dtype)));
+  if (mask != Mask::none && mask != Mask::causal) return bad("mask must be none or causal, got " + std::to_string(int(mask)));
   if (head_dim_qk < 1 || head_dim_qk > kMaxHeadDim)
     return bad("head_dim_qk must be in [1, " + std::to_string(kMaxHeadDim) + "], got " + std::to_string(head_dim_qk));
   if (head_dim_v < 1 || head_dim_v > kMaxHeadDim)
@@ -54,13 +92,56 @@ Status Semantics::check() const {
   return {};
 }
 
+int KnobTable::index(std::string_view knob_name) const {
+  for (std::size_t i = 0; i < knobs.size(); ++i)
+    if (knob_name == knobs[i].name) return int(i);
+  return -1;
+}
+
+Tiling::Tiling(const KnobTable& t, std::initializer_list<int> v) : table(&t) {
+  std::size_t i = 0;
+  for (int x : v)
+    if (i < values.size()) values[i++] = x;
+}
+
 bool Tiling::operator==(const Tiling& o) const {
-  return block_m == o.block_m && block_n == o.block_n && warps == o.warps && stages == o.stages;
+  if (table != o.table) return false;
+  for (int i = 0; i < size(); ++i)
+    if (values[std::size_t(i)] != o.values[std::size_t(i)]) return false;
+  return true;
 }
 
 std::string Tiling::name() const {
-  return "m" + std::to_string(block_m) + "n" + std::to_string(block_n) + "w" + std::to_string(warps) +
-         "s" + std::to_string(stages);
+  std::string n;
+  for (int i = 0; i < size(); ++i) n += table->knobs[std::size_t(i)].tag + std::to_string(values[std::size_t(i)]);
+  return n;
+}
+
+Result<Tiling> Tiling::parse(const KnobTable& table, std::string_view text) {
+  std::string form;
+  for (const Knob& k : table.knobs) form += std::string(k.tag) + "<" + k.name + ">";
+  const auto bad = [&] {
+    return Error(Code::invalid_argument, std::string("a ") + table.family + " tiling looks like " + form + ", got '" +
+                                             std::string(text.substr(0, 64)) + (text.size() > 64 ? "...'" : "'"));
+  };
+  Tiling t;
+  t.table = &table;
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < table.knobs.size(); ++i) {
+    const std::string_view tag = table.knobs[i].tag;
+    if (text.substr(pos, tag.size()) != tag) return bad();
+    pos += tag.size();
+    // At most 6 digits: knob values are tile sizes and counts, far below a million.
+    constexpr std::size_t kMaxDigits = 6;
+    std::size_t digits = 0;
+    int v = 0;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && digits < kMaxDigits)
+      v = v * 10 + (text[pos++] - '0'), ++digits;
+    if (digits == 0) return bad();
+    t.values[i] = v;
+  }
+  if (pos != text.size() || t.name() != text) return bad();  // trailing text or leading zeros
+  return t;
 }
 
 bool KernelVariant::operator==(const KernelVariant& o) const {
@@ -71,33 +152,17 @@ std::string KernelVariant::name() const { return family + "-" + semantics.name()
 
 std::string KernelVariant::content_hash() const {
   ContentHasher h;
-  h.field("family", family)
-      .field("dtype", static_cast<int>(semantics.dtype))
-      .field("fp32_math", static_cast<int>(semantics.fp32_math))
-      .field("head_dim_qk", semantics.head_dim_qk)
-      .field("head_dim_v", semantics.head_dim_v)
-      .field("mask", static_cast<int>(semantics.mask))
-      .field("gqa", semantics.gqa)
-      .field("write_lse", semantics.write_lse)
-      .field("vec", semantics.vec)
-      .field("block_m", tiling.block_m)
-      .field("block_n", tiling.block_n)
-      .field("warps", tiling.warps)
-      .field("stages", tiling.stages);
+  h.field("family", family);
+  semantics.visit([&](const SemanticsField& f, const auto& v) { h.field(f.name, as_int(v)); });
+  for (int i = 0; i < tiling.size(); ++i) h.field(tiling.table->knobs[std::size_t(i)].name, tiling[i]);
   return h.hex();
 }
 
 std::size_t KernelVariant::fast_hash() const {
-  // Packs the small integer fields; collisions only cost an equality check.
-  const Semantics& s = semantics;
-  std::size_t x = std::hash<std::string>{}(family);
-  const std::uint64_t a = (std::uint64_t(s.dtype) << 60) ^ (std::uint64_t(s.fp32_math) << 58) ^
-                          (std::uint64_t(s.head_dim_qk) << 46) ^ (std::uint64_t(s.head_dim_v) << 34) ^
-                          (std::uint64_t(s.mask) << 32) ^ (std::uint64_t(s.gqa) << 31) ^
-                          (std::uint64_t(s.write_lse) << 30) ^ (std::uint64_t(s.vec) << 24) ^
-                          (std::uint64_t(tiling.block_m) << 14) ^ (std::uint64_t(tiling.block_n) << 4) ^
-                          (std::uint64_t(tiling.warps) << 1) ^ std::uint64_t(tiling.stages) * 0x9E3779B97F4A7C15ull;
-  return x ^ (a + 0x9E3779B97F4A7C15ull + (x << 6) + (x >> 2));
+  constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  std::uint64_t x = std::hash<std::string>{}(family) ^ semantics.fast_hash();
+  for (int i = 0; i < tiling.size(); ++i) x = (x ^ std::uint64_t(tiling[i])) * kGolden + (x >> 29);
+  return std::size_t(x);
 }
 
 Result<Arch> Arch::parse(const std::string& text) {

@@ -1,6 +1,7 @@
 // The C ABI over the C++ API: converts structs, catches everything, keeps a thread-local message.
 #include "flashjit/flashjit.h"
 
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -44,36 +45,90 @@ flashjit_status fail(flashjit_status s, std::string msg) {
   return s;
 }
 
-// Converts C args; returns an error for values the C++ enums cannot hold.
+// The fields v1 and v2 share; returns an error for values the C++ enums cannot hold.
+flashjit::Status convert_common(const flashjit_tensor* const (&tensors)[4], const flashjit_lse* lse, int32_t mask,
+                                int32_t fp32_math, float softmax_scale, flashjit::AttentionArgs& out) {
+  using namespace flashjit;
+  TensorView* dst[4] = {&out.q, &out.k, &out.v, &out.o};
+  const char* names[4] = {"q", "k", "v", "o"};
+  for (int t = 0; t < 4; ++t) {
+    const flashjit_tensor* src = tensors[t];
+    if (src->dtype < 0 || src->dtype > 2)
+      return Error(Code::invalid_argument, std::string(names[t]) + ".dtype must be FLASHJIT_F16, FLASHJIT_BF16 or FLASHJIT_F32, got " + std::to_string(src->dtype));
+    if (src->reserved != 0) return Error(Code::invalid_argument, std::string(names[t]) + ".reserved must be 0");
+    dst[t]->data = src->data;
+    dst[t]->dtype = static_cast<DType>(src->dtype);
+    for (int i = 0; i < 4; ++i) dst[t]->shape[i] = src->shape[i], dst[t]->stride[i] = src->stride[i];
+  }
+  if (lse) {
+    LseView l;
+    l.data = lse->data;
+    for (int i = 0; i < 3; ++i) l.shape[i] = lse->shape[i], l.stride[i] = lse->stride[i];
+    out.lse = l;
+  }
+  if (mask != FLASHJIT_MASK_NONE && mask != FLASHJIT_MASK_CAUSAL)
+    return Error(Code::invalid_argument, "mask must be FLASHJIT_MASK_NONE or FLASHJIT_MASK_CAUSAL, got " + std::to_string(mask));
+  out.mask = static_cast<Mask>(mask);
+  if (fp32_math != FLASHJIT_FP32_EXACT && fp32_math != FLASHJIT_FP32_TF32)
+    return Error(Code::invalid_argument, "fp32_math must be FLASHJIT_FP32_EXACT or FLASHJIT_FP32_TF32, got " + std::to_string(fp32_math));
+  out.fp32_math = static_cast<Fp32Math>(fp32_math);
+  if (softmax_scale != 0.f) out.softmax_scale = softmax_scale;
+  return {};
+}
+
 flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args* a) {
   using namespace flashjit;
   if (!a) return Error(Code::invalid_argument, "args is null");
   AttentionArgs out;
-  const flashjit_tensor* src[4] = {&a->q, &a->k, &a->v, &a->o};
-  TensorView* dst[4] = {&out.q, &out.k, &out.v, &out.o};
-  const char* names[4] = {"q", "k", "v", "o"};
-  for (int t = 0; t < 4; ++t) {
-    if (src[t]->dtype < 0 || src[t]->dtype > 2)
-      return Error(Code::invalid_argument, std::string(names[t]) + ".dtype must be FLASHJIT_F16, FLASHJIT_BF16 or FLASHJIT_F32, got " + std::to_string(src[t]->dtype));
-    if (src[t]->reserved != 0) return Error(Code::invalid_argument, std::string(names[t]) + ".reserved must be 0");
-    dst[t]->data = src[t]->data;
-    dst[t]->dtype = static_cast<DType>(src[t]->dtype);
-    for (int i = 0; i < 4; ++i) dst[t]->shape[i] = src[t]->shape[i], dst[t]->stride[i] = src[t]->stride[i];
-  }
-  if (a->lse) {
-    LseView l;
-    l.data = a->lse->data;
-    for (int i = 0; i < 3; ++i) l.shape[i] = a->lse->shape[i], l.stride[i] = a->lse->stride[i];
-    out.lse = l;
-  }
-  if (a->mask != FLASHJIT_MASK_NONE && a->mask != FLASHJIT_MASK_CAUSAL)
-    return Error(Code::invalid_argument, "mask must be FLASHJIT_MASK_NONE or FLASHJIT_MASK_CAUSAL, got " + std::to_string(a->mask));
-  out.mask = static_cast<Mask>(a->mask);
-  if (a->fp32_math != FLASHJIT_FP32_EXACT && a->fp32_math != FLASHJIT_FP32_TF32)
-    return Error(Code::invalid_argument, "fp32_math must be FLASHJIT_FP32_EXACT or FLASHJIT_FP32_TF32, got " + std::to_string(a->fp32_math));
-  out.fp32_math = static_cast<Fp32Math>(a->fp32_math);
-  if (a->softmax_scale != 0.f) out.softmax_scale = a->softmax_scale;
+  FJ_TRY(convert_common({&a->q, &a->k, &a->v, &a->o}, a->lse, a->mask, a->fp32_math, a->softmax_scale, out));
   if (a->reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
+  return out;
+}
+
+// The first published v2 struct ends at `sinks`: a caller's struct_size is at least that.
+constexpr std::size_t kArgsV2MinSize = offsetof(flashjit_attention_args_v2, sinks) + sizeof(const float*);
+
+// Reads a caller's v2 struct of any size: fields this library does not know must be zero
+// (a newer caller asking for something this library cannot do is refused, not ignored).
+flashjit::Result<flashjit_attention_args_v2> read_v2(const flashjit_attention_args_v2* a) {
+  using namespace flashjit;
+  if (!a) return Error(Code::invalid_argument, "args is null");
+  const std::size_t size = a->struct_size;
+  if (size < kArgsV2MinSize)
+    return Error(Code::invalid_argument, "args.struct_size is " + std::to_string(size) + " but must be at least " +
+                                             std::to_string(kArgsV2MinSize) + " (sizeof(flashjit_attention_args_v2))");
+  if (a->abi_version < 2)
+    return Error(Code::invalid_argument, "args.abi_version must be 2 or newer for flashjit_attention_args_v2, got " +
+                                             std::to_string(a->abi_version) + " (v1 callers use flashjit_forward)");
+  // Bound the scan: a size past this is a garbage value, not a future struct.
+  constexpr std::size_t kMaxArgsSize = 4096;
+  if (size > kMaxArgsSize)
+    return Error(Code::invalid_argument, "args.struct_size is " + std::to_string(size) + ", more than any version has");
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(a);
+  for (std::size_t i = sizeof(flashjit_attention_args_v2); i < size; ++i)
+    if (bytes[i] != 0)
+      return Error(Code::unsupported, "args sets a field at byte " + std::to_string(i) +
+                                          " that this flashjit (ABI version " + std::to_string(FLASHJIT_ABI_VERSION) +
+                                          ") does not know; update the library");
+  flashjit_attention_args_v2 out{};
+  std::memcpy(&out, a, std::min(size, sizeof out));
+  return out;
+}
+
+flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_v2* args) {
+  using namespace flashjit;
+  auto read = read_v2(args);
+  if (!read.ok()) return std::move(read).error();
+  const flashjit_attention_args_v2& a = read.value();
+  AttentionArgs out;
+  FJ_TRY(convert_common({&a.q, &a.k, &a.v, &a.o}, a.lse, a.mask, a.fp32_math, a.softmax_scale, out));
+  if (a.softcap != 0.f) out.softcap = a.softcap;  // validation refuses negative and NaN
+  if (a.varlen)
+    out.varlen = Varlen{a.varlen->cu_seqlens_q, a.varlen->cu_seqlens_k, a.varlen->batch, a.varlen->max_seqlen_q,
+                        a.varlen->max_seqlen_k};
+  if (a.window) out.window = Window{a.window->left, a.window->right};
+  if (a.alibi) out.alibi = Alibi{a.alibi->slopes, a.alibi->batch_stride};
+  out.sinks = a.sinks;
   return out;
 }
 
@@ -88,6 +143,40 @@ flashjit_status guarded(F&& f) {
   } catch (...) {
     return fail(FLASHJIT_INTERNAL, "internal error");
   }
+}
+
+template <class Args>
+flashjit_status forward_any(flashjit_engine* engine, const Args* args, void* stream) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto st = engine->engine->forward(a.value(), static_cast<CUstream>(stream));
+    if (!st.ok()) return fail(st.error());
+    return FLASHJIT_OK;
+  });
+}
+
+template <class Args>
+flashjit_status precompile_any(flashjit_engine* engine, const Args* args, const char* arch, char* name_out,
+                               uint64_t name_cap) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    if (!arch) return fail(FLASHJIT_INVALID_ARGUMENT, "arch is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto p = engine->engine->plan(a.value(), arch);
+    if (!p.ok()) return fail(p.error());
+    auto r = engine->engine->compile(p->variant, arch);
+    if (!r.ok()) return fail(r.error());
+    if (name_out && name_cap > 0) {
+      const std::string n = p->variant.name();
+      const std::size_t len = std::min<std::size_t>(n.size(), name_cap - 1);
+      std::memcpy(name_out, n.data(), len);
+      name_out[len] = '\0';
+    }
+    return FLASHJIT_OK;
+  });
 }
 
 }  // namespace
@@ -118,35 +207,23 @@ flashjit_status flashjit_engine_create(flashjit_engine** out) {
 void flashjit_engine_destroy(flashjit_engine* engine) { delete engine; }
 
 flashjit_status flashjit_forward(flashjit_engine* engine, const flashjit_attention_args* args, void* stream) {
-  return guarded([&] {
-    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto st = engine->engine->forward(a.value(), static_cast<CUstream>(stream));
-    if (!st.ok()) return fail(st.error());
-    return FLASHJIT_OK;
-  });
+  return forward_any(engine, args, stream);
 }
 
 flashjit_status flashjit_precompile(flashjit_engine* engine, const flashjit_attention_args* args, const char* arch,
                                     char* name_out, uint64_t name_cap) {
-  return guarded([&] {
-    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
-    if (!arch) return fail(FLASHJIT_INVALID_ARGUMENT, "arch is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto v = engine->engine->plan(a.value(), arch);
-    if (!v.ok()) return fail(v.error());
-    auto r = engine->engine->compile(v.value(), arch);
-    if (!r.ok()) return fail(r.error());
-    if (name_out && name_cap > 0) {
-      const std::string n = v->name();
-      const std::size_t len = std::min<std::size_t>(n.size(), name_cap - 1);
-      std::memcpy(name_out, n.data(), len);
-      name_out[len] = '\0';
-    }
-    return FLASHJIT_OK;
-  });
+  return precompile_any(engine, args, arch, name_out, name_cap);
 }
+
+flashjit_status flashjit_forward_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, void* stream) {
+  return forward_any(engine, args, stream);
+}
+
+flashjit_status flashjit_precompile_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, const char* arch,
+                                       char* name_out, uint64_t name_cap) {
+  return precompile_any(engine, args, arch, name_out, name_cap);
+}
+
+uint64_t flashjit_args_v2_size(void) { return sizeof(flashjit_attention_args_v2); }
 
 }  // extern "C"

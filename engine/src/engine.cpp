@@ -20,6 +20,7 @@
 #include "problem.hpp"
 #include "template_store.hpp"
 #include "tuning_session.hpp"
+#include "workspace_pool.hpp"
 
 namespace flashjit {
 
@@ -49,6 +50,18 @@ LseView LseView::contiguous(float* data, std::int64_t b, std::int64_t h, std::in
   return l;
 }
 
+Result<Tiling> parse_tiling(const std::string& family, const std::string& text) {
+  const KnobTable* knobs = family_knobs(family);
+  if (!knobs) return Error(Code::invalid_argument, "unknown kernel family '" + family + "'");
+  return Tiling::parse(*knobs, text);
+}
+
+std::vector<std::string> kernel_family_names() {
+  std::vector<std::string> out;
+  for (const auto* f : kernel_families()) out.push_back(f->name());
+  return out;
+}
+
 std::string version() {
   std::string v = "flashjit 0.1.0";
   if (auto nv = NvrtcLibrary::get(); nv.ok()) v += " (NVRTC " + nv.value()->version + ")";
@@ -76,9 +89,11 @@ struct PlanKeyHash {
     return autotune::TuningKeyHash{}(k.bucket) ^ (std::hash<const void*>{}(k.ctx) * 0x9E3779B97F4A7C15ull);
   }
 };
+// What a call needs once its plan is known: the family, the variant and its loaded kernels.
 struct Plan {
+  const KernelFamily* family = nullptr;
   KernelVariant variant;
-  LoadedKernel kernel;
+  LoadedModule module;
 };
 
 }  // namespace
@@ -88,16 +103,18 @@ class Engine::Impl {
   explicit Impl(EngineOptions o)
       : options_(with_env(std::move(o))),
         binaries_(options_.disk_cache, options_.cache_dir, options_.log),
-        loader_(binaries_, options_.log) {
+        loader_(binaries_, options_.log),
+        workspaces_(workspace_device()) {
     // NVRTC's version is part of every disk-cache key and opening it costs ~10 ms: start now
     // so the first call does not pay it.
     nvrtc_preload_ = std::async(std::launch::async, [] { (void)NvrtcLibrary::get(); });
   }
 
-  Result<KernelVariant> default_variant(const Semantics& s, const Arch& arch) const {
-    auto family = choose_family(arch, s);
-    if (!family.ok()) return std::move(family).error();
-    return KernelVariant{family.value()->name(), s, family.value()->default_tiling(arch, s)};
+  Result<PlanReport> default_plan(const Semantics& s, const Arch& arch, const ProblemShape* shape) const {
+    auto choice = choose_family(arch, s, shape);
+    if (!choice.ok()) return std::move(choice).error();
+    const KernelFamily& f = *choice->family;
+    return PlanReport{{f.name(), s, f.default_tiling(arch, s)}, choice->why};
   }
 
   Result<CompileReport> compile(const KernelVariant& v, const Arch& arch) {
@@ -116,7 +133,7 @@ class Engine::Impl {
   Status forward(const AttentionArgs& args, CUstream stream, const Tiling* tiling) {
     auto problem_r = validate_problem(args);
     if (!problem_r.ok()) return std::move(problem_r).error();
-    const ValidatedProblem& problem = problem_r.value();
+    const AttentionProblem& problem = problem_r.value();
     if (problem.empty) return {};
 
     auto drv_r = DriverLibrary::get();
@@ -136,36 +153,38 @@ class Engine::Impl {
     auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
     const DeviceContextInfo& info = *info_r.value();
-    auto family_r = choose_family(info.arch, problem.semantics);
-    if (!family_r.ok()) return std::move(family_r).error();
-    const KernelFamily& family = *family_r.value();
 
     if (tiling) {  // explicit tiling: benchmarks and tuning tools
-      FJ_TRY(family.check_tiling(problem.semantics, *tiling));
-      const KernelVariant v{family.name(), problem.semantics, *tiling};
-      auto k = loader_.get(drv, ctx, info, v);
-      if (!k.ok()) return std::move(k).error();
-      return launch(drv, k.value(), family.grid(problem.shape, v.semantics, v.tiling), problem, stream);
+      const KernelFamily* family = tiling->table ? find_family(tiling->table->family) : nullptr;
+      if (!family) return Error(Code::invalid_argument, "forward_with_tiling: the tiling names no kernel family");
+      if (const char* why_not = family->refusal(info.arch, problem.semantics, &problem.shape))
+        return Error(Code::unsupported, std::string(family->name()) + " cannot run this problem: " + why_not);
+      FJ_TRY(family->check_tiling(problem.semantics, *tiling));
+      Plan p{family, {family->name(), problem.semantics, *tiling}, {}};
+      auto m = loader_.get(drv, ctx, info, p.variant);
+      if (!m.ok()) return std::move(m).error();
+      p.module = m.value();
+      return run(drv, ctx, info, p, problem, stream);
     }
 
-    PlanKey key{ctx, autotune::make_tuning_key(family.name(), problem.semantics, problem.shape.seqlen_q,
+    const KernelFamily* family = pick_family(info.arch, problem.semantics, &problem.shape);
+    if (!family) return choose_family(info.arch, problem.semantics, &problem.shape).error();
+    PlanKey key{ctx, autotune::make_tuning_key(family->name(), problem.semantics, problem.shape.seqlen_q,
                                                problem.shape.seqlen_k, problem.shape.batch * problem.shape.heads_q)};
     {
       std::shared_lock lock(plans_mu_);
       if (auto it = plans_.find(key); it != plans_.end()) {
         plan_hits_.fetch_add(1, std::memory_order_relaxed);
-        return launch(drv, it->second.kernel, family.grid(problem.shape, problem.semantics, it->second.variant.tiling),
-                      problem, stream);
+        return run(drv, ctx, info, it->second, problem, stream);
       }
     }
-    auto plan = make_plan(drv, ctx, info, family, key.bucket);
+    auto plan = make_plan(drv, ctx, info, problem, key.bucket, stream);
     if (!plan.ok()) return std::move(plan).error();
-    const Plan p = plan.value();
     {
       std::unique_lock lock(plans_mu_);
-      plans_.emplace(key, p);
+      plans_.emplace(key, plan.value());
     }
-    return launch(drv, p.kernel, family.grid(problem.shape, problem.semantics, p.variant.tiling), problem, stream);
+    return run(drv, ctx, info, plan.value(), problem, stream);
   }
 
   Result<TuneReport> tune(const TuneRequest& req) {
@@ -179,9 +198,10 @@ class Engine::Impl {
     auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
     const DeviceContextInfo info = *info_r.value();
-    auto family_r = choose_family(info.arch, req.semantics);
-    if (!family_r.ok()) return std::move(family_r).error();
-    const KernelFamily& family = *family_r.value();
+    const ProblemShape shape{1, req.seqlen_q, req.seqlen_k, req.batch_x_heads, req.batch_x_heads};
+    auto choice = choose_family(info.arch, req.semantics, &shape);
+    if (!choice.ok()) return std::move(choice).error();
+    const KernelFamily& family = *choice->family;
     const auto key = autotune::make_tuning_key(family.name(), req.semantics, req.seqlen_q, req.seqlen_k, req.batch_x_heads);
 
     autotune::AutotunerOptions ao = autotuner_options(drv, info, autotune::TuneMode::on_first_use);
@@ -213,10 +233,10 @@ class Engine::Impl {
     r.ms = record->ms;
     r.default_tiling = record->default_tiling;
     r.default_ms = record->default_ms;
-    const ProblemShape shape = autotune::representative_problem(key);
-    r.flops = 2.0 * shape.batch * shape.heads_q * double(shape.seqlen_q) * double(shape.seqlen_k) *
+    const ProblemShape rep = autotune::representative_problem(key);
+    r.flops = 2.0 * rep.batch * rep.heads_q * double(rep.seqlen_q) * double(rep.seqlen_k) *
               (req.semantics.head_dim_qk + req.semantics.head_dim_v) *
-              (req.semantics.mask == Mask::causal && shape.seqlen_q == shape.seqlen_k ? 0.5 : 1.0);
+              (req.semantics.mask == Mask::causal && rep.seqlen_q == rep.seqlen_k ? 0.5 : 1.0);
     for (const auto& c : record->candidates)
       r.candidates.push_back({c.tiling.name(), autotune::candidate_status_name(c.status), c.ms, c.reason});
     r.reused = !session.started();
@@ -235,6 +255,8 @@ class Engine::Impl {
     s.compile_ms = l.compile_ms;
     s.plan_hits = plan_hits_.load();
     s.tunes = tunes_.load();
+    s.workspace_buffers = workspaces_.buffers();
+    s.workspace_bytes = workspaces_.bytes_held();
     return s;
   }
 
@@ -249,9 +271,47 @@ class Engine::Impl {
     return o;
   }
 
-  Status launch(const DriverLibrary& drv, const LoadedKernel& k, const LaunchGrid& grid, const ValidatedProblem& p,
-                CUstream stream) {
-    FJ_TRY(KernelLoader::launch(drv, k, grid, p.params, stream));
+  // The driver calls of the workspace pool, through the library loaded at first use.
+  static WorkspaceDevice workspace_device() {
+    WorkspaceDevice d;
+    d.allocate = [](std::size_t bytes) -> Result<CUdeviceptr> {
+      auto drv = DriverLibrary::get();
+      if (!drv.ok()) return std::move(drv).error();
+      CUdeviceptr p = 0;
+      FJ_CU(*drv.value(), cuMemAlloc(&p, bytes));
+      return p;
+    };
+    d.free = [](CUdeviceptr p) {
+      if (auto drv = DriverLibrary::get(); drv.ok()) drv.value()->cuMemFree(p);
+    };
+    d.synchronize = [](CUstream stream) -> Status {
+      auto drv = DriverLibrary::get();
+      if (!drv.ok()) return std::move(drv).error();
+      FJ_CU(*drv.value(), cuStreamSynchronize(stream));
+      return {};
+    };
+    d.capturing = [](CUstream stream) -> Result<bool> {
+      auto drv = DriverLibrary::get();
+      if (!drv.ok()) return std::move(drv).error();
+      CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+      FJ_CU(*drv.value(), cuStreamIsCapturing(stream, &st));
+      return st != CU_STREAM_CAPTURE_STATUS_NONE;
+    };
+    return d;
+  }
+
+  // One call's launches: the family's plan over the workspace it asks for.
+  Status run(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info, const Plan& plan,
+             const AttentionProblem& problem, CUstream stream) {
+    CUdeviceptr workspace = 0;
+    if (const std::size_t bytes = plan.family->workspace_bytes(problem, plan.variant, info)) {
+      auto w = workspaces_.get(ctx, stream, bytes);
+      if (!w.ok()) return std::move(w).error().with("variant", plan.variant.name());
+      workspace = w.value();
+    }
+    LaunchPlan launches;
+    FJ_TRY(plan.family->plan(problem, plan.variant, info, workspace, launches));
+    FJ_TRY(KernelLoader::launch(drv, plan.module, launches, stream));
     launches_.fetch_add(1, std::memory_order_relaxed);
     return {};
   }
@@ -269,6 +329,7 @@ class Engine::Impl {
     // Results timed on other kernel code must not be reused.
     ao.candidate_salt = TemplateStore::instance().content_hash();
     ao.logger = options_.log;
+    ao.knob_tables = family_knobs;
     return ao;
   }
 
@@ -285,8 +346,22 @@ class Engine::Impl {
     return slot.get();
   }
 
-  Result<Plan> make_plan(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info, const KernelFamily& family,
-                         const autotune::TuningKey& bucket) {
+  // A new plan: the family (explained in the log), the tiling (tuned, stored or default) and
+  // the loaded module. Never during a stream capture: compiling, loading and tuning are not
+  // capturable, and the caller's graph must not be broken by them.
+  Result<Plan> make_plan(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info,
+                         const AttentionProblem& problem, const autotune::TuningKey& bucket, CUstream stream) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    FJ_CU(drv, cuStreamIsCapturing(stream, &capture));
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return Error(Code::invalid_argument,
+                   "the first call of a new variant compiles and loads it, which cannot happen while its stream is "
+                   "being captured into a CUDA graph: call forward() once with these arguments before capturing")
+          .with("variant", bucket.to_string());
+    auto choice = choose_family(info.arch, problem.semantics, &problem.shape);
+    if (!choice.ok()) return std::move(choice).error();
+    const KernelFamily& family = *choice->family;
+    if (options_.log) options_.log("plan " + bucket.to_string() + ": " + choice->why);
     const Tiling def = family.default_tiling(info.arch, bucket.semantics);
     Tiling tiling = def;
     if (!options_.tune_mode || *options_.tune_mode != TuneMode::off) {
@@ -301,10 +376,10 @@ class Engine::Impl {
         options_.log("tuning results unavailable, using defaults: " + tuner.error().to_string());
       }
     }
-    Plan p{{family.name(), bucket.semantics, tiling}, {}};
-    auto k = loader_.get(drv, ctx, info, p.variant);
-    if (!k.ok()) return std::move(k).error();
-    p.kernel = k.value();
+    Plan p{&family, {family.name(), bucket.semantics, tiling}, {}};
+    auto m = loader_.get(drv, ctx, info, p.variant);
+    if (!m.ok()) return std::move(m).error();
+    p.module = m.value();
     return p;
   }
 
@@ -317,6 +392,7 @@ class Engine::Impl {
   std::unordered_map<PlanKey, Plan, PlanKeyHash> plans_;
   std::mutex tuners_mu_;
   std::unordered_map<CUcontext, std::unique_ptr<autotune::Autotuner>> tuners_;
+  WorkspacePool workspaces_;
   std::atomic<std::uint64_t> launches_{0}, plan_hits_{0}, tunes_{0};
 };
 
@@ -335,12 +411,12 @@ Status Engine::forward_with_tiling(const AttentionArgs& args, const Tiling& tili
 
 Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }
 
-Result<KernelVariant> Engine::plan(const AttentionArgs& args, const std::string& arch) const {
+Result<PlanReport> Engine::plan(const AttentionArgs& args, const std::string& arch) const {
   auto a = Arch::parse(arch);
   if (!a.ok()) return std::move(a).error();
   auto p = validate_problem(args);
   if (!p.ok()) return std::move(p).error();
-  return impl_->default_variant(p->semantics, a.value());
+  return impl_->default_plan(p->semantics, a.value(), &p->shape);
 }
 
 Result<CompileReport> Engine::compile(const KernelVariant& v, const std::string& arch) const {
@@ -353,7 +429,9 @@ Result<KernelVariant> Engine::default_variant(const Semantics& s, const std::str
   auto a = Arch::parse(arch);
   if (!a.ok()) return std::move(a).error();
   FJ_TRY(s.check());
-  return impl_->default_variant(s, a.value());
+  auto p = impl_->default_plan(s, a.value(), nullptr);
+  if (!p.ok()) return std::move(p).error();
+  return p->variant;
 }
 
 EngineStats Engine::stats() const { return impl_->stats(); }

@@ -3,6 +3,7 @@
 #include "compiler.hpp"
 #include "base/content_hash.hpp"
 #include "kernel_family.hpp"
+#include "kernel_source.hpp"
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
 

@@ -19,7 +19,9 @@ namespace flashjit {
 
 // Bumped whenever the meaning of a cached cubin changes without its inputs changing (e.g. the
 // kernel parameter struct is reinterpreted).
-constexpr int kEngineFormatVersion = 1;
+// 2: launch plans (entry points named per family, params FjAttentionParams), varlen, windows,
+// softcap, ALiBi, sinks.
+constexpr int kEngineFormatVersion = 2;
 
 enum class BinaryOrigin { disk, compiled };
 

@@ -1,6 +1,6 @@
 #include "kernel_family.hpp"
 
-#include <sstream>
+#include <algorithm>
 
 namespace flashjit {
 
@@ -17,7 +17,11 @@ int arch_smem_limit(const Arch& arch) {
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {
-  static const std::vector<const KernelFamily*> families{&fa2_sm80_family()};
+  static const std::vector<const KernelFamily*> families = [] {
+    std::vector<const KernelFamily*> f{&fa2_sm80_family()};
+    std::stable_sort(f.begin(), f.end(), [](auto* a, auto* b) { return a->priority() < b->priority(); });
+    return f;
+  }();
   return families;
 }
 
@@ -27,47 +31,58 @@ const KernelFamily* find_family(std::string_view name) {
   return nullptr;
 }
 
-Result<const KernelFamily*> choose_family(const Arch& arch, const Semantics& s) {
-  for (const auto* f : kernel_families())
-    if (f->supports(arch, s)) return f;
-  return Error(Code::unsupported, "no kernel family supports " + s.name() + " on " + arch.name() +
-                                      " (flashjit needs sm_80 or newer)");
+const KnobTable* family_knobs(std::string_view family) {
+  const KernelFamily* f = find_family(family);
+  return f ? &f->knobs() : nullptr;
 }
 
-std::string render_source(const KernelFamily& family, const KernelVariant& v) {
-  const Semantics& s = v.semantics;
-  const Tiling& t = v.tiling;
-  auto b = [](bool x) { return x ? "true" : "false"; };
-  std::ostringstream o;
-  o << "// flashjit kernel " << v.name() << "\n"
-    << "namespace fj { namespace cfg {\n"
-    << "// Semantics: change results.\n"
-    << "constexpr int kDtype = " << static_cast<int>(s.dtype) << ";  // " << dtype_name(s.dtype) << "\n"
-    << "constexpr bool kTf32 = " << b(s.fp32_math == Fp32Math::tf32) << ";\n"
-    << "constexpr int kHeadDimQK = " << s.head_dim_qk << ";\n"
-    << "constexpr int kHeadDimV = " << s.head_dim_v << ";\n"
-    << "constexpr bool kCausal = " << b(s.mask == Mask::causal) << ";\n"
-    << "constexpr bool kGqa = " << b(s.gqa) << ";\n"
-    << "constexpr bool kWriteLse = " << b(s.write_lse) << ";\n"
-    << "constexpr int kVec = " << s.vec << ";\n"
-    << "// Tiling: changes speed only.\n"
-    << "constexpr int kBlockM = " << t.block_m << ";\n"
-    << "constexpr int kBlockN = " << t.block_n << ";\n"
-    << "constexpr int kWarps = " << t.warps << ";\n"
-    << "constexpr int kStages = " << t.stages << ";\n"
-    << "} }  // namespace fj::cfg\n"
-    << "#include \"" << family.entry_template() << "\"\n";
-  return o.str();
+const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape) {
+  for (const auto* f : kernel_families())
+    if (!f->refusal(arch, s, shape)) return f;
+  return nullptr;
+}
+
+Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape) {
+  std::string refused;
+  for (const auto* f : kernel_families()) {
+    const char* why_not = f->refusal(arch, s, shape);
+    if (!why_not) {
+      std::string why = std::string(f->name()) + " (priority " + std::to_string(f->priority()) + ") serves " +
+                        s.name() + " on " + arch.name();
+      if (!refused.empty()) why += "; before it, " + refused;
+      return FamilyChoice{f, why};
+    }
+    refused += (refused.empty() ? "" : "; ") + std::string(f->name()) + " refused: " + why_not;
+  }
+  return Error(Code::unsupported, "no kernel family serves " + s.name() + " on " + arch.name() + ": " + refused);
+}
+
+std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s) {
+  std::vector<const KernelFamily*> out;
+  for (const auto* f : kernel_families())
+    if (!f->refusal(arch, s, nullptr)) out.push_back(f);
+  return out;
+}
+
+int variant_smem_bytes(const KernelVariant& v) {
+  const KernelFamily* f = find_family(v.family);
+  int smem = 0;
+  if (f)
+    for (const EntryPoint& e : f->entry_points(v)) smem = std::max(smem, e.smem_bytes);
+  return smem;
 }
 
 Status check_variant(const KernelVariant& v, const Arch& arch) {
   const KernelFamily* f = find_family(v.family);
   if (!f) return Error(Code::invalid_argument, "unknown kernel family '" + v.family + "'");
   FJ_TRY(v.semantics.check());
-  if (!f->supports(arch, v.semantics))
-    return Error(Code::unsupported, std::string(f->name()) + " does not support " + v.semantics.name() + " on " + arch.name());
+  if (const char* why_not = f->refusal(arch, v.semantics, nullptr))
+    return Error(Code::unsupported, std::string(f->name()) + " cannot build " + v.semantics.name() + " for " +
+                                        arch.name() + ": " + why_not);
+  if (v.tiling.table != &f->knobs())
+    return Error(Code::invalid_argument, "tiling " + v.tiling.name() + " is not a " + f->name() + " tiling");
   FJ_TRY(f->check_tiling(v.semantics, v.tiling));
-  const int smem = f->smem_bytes(v.semantics, v.tiling);
+  const int smem = variant_smem_bytes(v);
   if (smem > arch_smem_limit(arch))
     return Error(Code::invalid_argument, "tiling " + v.tiling.name() + " needs " + std::to_string(smem) +
                                              " bytes of shared memory; " + arch.name() + " allows " +

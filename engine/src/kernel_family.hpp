@@ -1,53 +1,86 @@
-// A kernel family is one template (and its tile rules) that implements attention for some
-// archs and semantics: fa2_sm80 today; Hopper (wgmma/TMA), decode and paged-KV families plug in
-// here. The engine asks the registry, in priority order, which family serves a request.
+// A kernel family is one template and its rules: which archs, semantics and shapes it serves,
+// its speed-only knobs and their defaults, the kernels its module exports, and how one call
+// becomes launches (the launch plan, its params struct, its workspace). fa2_sm80 today; Hopper,
+// decode and paged families plug in here. The engine stays generic: it asks the registry, in
+// priority order, which family serves a problem, and launches whatever plan that family makes.
 #pragma once
 
-#include <cstdint>
+#include <cuda.h>
+
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/problem_shape.hpp"
+#include "device_context.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
+#include "launch_plan.hpp"
+#include "problem.hpp"
 
 namespace flashjit {
 
-struct LaunchGrid {
-  unsigned x = 1, y = 1, z = 1;
-  unsigned threads = 0;
-  unsigned smem_bytes = 0;
+// A kernel a family's module exports.
+struct EntryPoint {
+  const char* name;  // its extern "C" name
+  int smem_bytes;    // dynamic shared memory it opts into
+};
+
+class KernelFamily {
+ public:
+  virtual ~KernelFamily() = default;
+  virtual const char* name() const = 0;
+  virtual const KnobTable& knobs() const = 0;
+  virtual const char* entry_template() const = 0;  // path under templates/
+  // Families are tried in ascending priority; the first that accepts a problem runs it.
+  virtual int priority() const = 0;
+  // Why this family cannot serve (arch, semantics, shape), or nullptr when it can. `shape` is
+  // null when compiling ahead of time (any shape). A static string: asked on every call.
+  virtual const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
+  // Structural rules of a tiling (divisibility, ranges); resource limits are checked apart.
+  virtual Status check_tiling(const Semantics& s, const Tiling& t) const = 0;
+  virtual Tiling default_tiling(const Arch& arch, const Semantics& s) const = 0;
+  // Every tiling worth timing on this arch (structurally valid and fitting shared memory).
+  virtual std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const = 0;
+  // The kernels of a variant's module, in the order launch plans refer to them.
+  virtual std::vector<EntryPoint> entry_points(const KernelVariant& v) const = 0;
+  // Device workspace one call needs (split-KV partials); most families need none.
+  virtual std::size_t workspace_bytes(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const {
+    return 0;
+  }
+  // The launches for one call: fills `out` (grids, params) for a validated problem. `workspace`
+  // holds workspace_bytes() bytes (0 when none were asked for). Runs on every call: no
+  // allocation, no driver calls.
+  virtual Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device,
+                      CUdeviceptr workspace, LaunchPlan& out) const = 0;
 };
 
 // Shared memory one block may use on an arch (opt-in maximum), used to prune tilings without a
 // GPU; at run time the device's own attribute is used instead.
 int arch_smem_limit(const Arch& arch);
 
-class KernelFamily {
- public:
-  virtual ~KernelFamily() = default;
-  virtual const char* name() const = 0;
-  virtual const char* entry_template() const = 0;  // path under templates/
-  virtual bool supports(const Arch& arch, const Semantics& s) const = 0;
-  // Structural rules of a tiling (divisibility, ranges); resource limits are checked apart.
-  virtual Status check_tiling(const Semantics& s, const Tiling& t) const = 0;
-  virtual int smem_bytes(const Semantics& s, const Tiling& t) const = 0;
-  virtual Tiling default_tiling(const Arch& arch, const Semantics& s) const = 0;
-  // Every tiling worth timing on this arch (structurally valid and fitting shared memory).
-  virtual std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const = 0;
-  virtual LaunchGrid grid(const ProblemShape& p, const Semantics& s, const Tiling& t) const = 0;
-};
-
+// Every family, in ascending priority.
 const std::vector<const KernelFamily*>& kernel_families();
 const KernelFamily* find_family(std::string_view name);
-Result<const KernelFamily*> choose_family(const Arch& arch, const Semantics& s);
+const KnobTable* family_knobs(std::string_view family);  // nullptr for an unknown family
 
-// Full rendered source: a prelude of compile-time constants from the variant, then the
-// family's entry template.
-std::string render_source(const KernelFamily& family, const KernelVariant& v);
+// The family that runs a problem: the first by priority that accepts it (dispatch path).
+const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape);
+
+// The same choice, explained: which family runs and why each one before it refused.
+struct FamilyChoice {
+  const KernelFamily* family = nullptr;
+  std::string why;
+};
+Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape);
+
+// Families that serve (arch, semantics) for some shape: what ahead-of-time warmup compiles.
+std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s);
 
 // Checks a whole variant can be built for an arch (family known and willing, tiling valid, fits).
 Status check_variant(const KernelVariant& v, const Arch& arch);
+
+// The largest dynamic shared memory of a variant's kernels.
+int variant_smem_bytes(const KernelVariant& v);
 
 }  // namespace flashjit

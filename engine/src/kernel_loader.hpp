@@ -1,5 +1,6 @@
-// Turns a variant into a launchable function in a context: the in-memory module cache first,
-// then the binaries (disk cache or NVRTC), then cuModuleLoadData with its shared-memory opt-in.
+// Turns a variant into launchable functions in a context: the in-memory module cache first,
+// then the binaries (disk cache or NVRTC), then cuModuleLoadData and every entry point the
+// family declares, each with its shared-memory opt-in. Launches a family's plan.
 #pragma once
 
 #include <atomic>
@@ -9,8 +10,8 @@
 #include "device_context.hpp"
 #include "kernel_binaries.hpp"
 #include "kernel_family.hpp"
+#include "launch_plan.hpp"
 #include "module_cache.hpp"
-#include "templates/common/params.cuh"
 
 namespace flashjit {
 
@@ -27,18 +28,18 @@ class KernelLoader {
   using Log = std::function<void(const std::string&)>;
   KernelLoader(KernelBinaries& binaries, Log log) : binaries_(binaries), log_(std::move(log)) {}
 
-  // The loaded kernel for `v` in the current context `ctx`.
-  Result<LoadedKernel> get(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info,
+  // The loaded module of `v` in the current context `ctx`.
+  Result<LoadedModule> get(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info,
                            const KernelVariant& v);
   // A binary without loading it (for compiling tuning candidates on worker threads).
   Result<KernelBinary> binary(const KernelVariant& v, const Arch& arch);
 
-  static Status launch(const DriverLibrary& drv, const LoadedKernel& k, const LaunchGrid& grid,
-                       const FjFwdParams& params, CUstream stream);
+  // Launches every kernel of `plan` on `stream`, in order.
+  static Status launch(const DriverLibrary& drv, const LoadedModule& m, const LaunchPlan& plan, CUstream stream);
   LoaderStats stats() const;
 
  private:
-  Result<LoadedKernel> load(const DriverLibrary& drv, const DeviceContextInfo& info, const KernelVariant& v);
+  Result<LoadedModule> load(const DriverLibrary& drv, const DeviceContextInfo& info, const KernelVariant& v);
 
   KernelBinaries& binaries_;
   Log log_;

@@ -2,7 +2,7 @@
 
 namespace flashjit {
 
-Result<LoadedKernel> ModuleCache::get(CUcontext ctx, const KernelVariant& v, const Loader& load, bool* hit) {
+Result<LoadedModule> ModuleCache::get(CUcontext ctx, const KernelVariant& v, const Loader& load, bool* hit) {
   Key key{ctx, v};
   std::shared_ptr<Slot> slot;
   {

@@ -13,23 +13,26 @@
 
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
+#include "launch_plan.hpp"
 
 namespace flashjit {
 
-struct LoadedKernel {
+// A variant's module loaded into a context, with every entry point its family declares.
+struct LoadedModule {
   CUmodule module = nullptr;
-  CUfunction function = nullptr;
-  int registers = 0;
-  int local_bytes = 0;  // spills show up here
+  CUfunction functions[kMaxPlanKernels] = {};
+  int count = 0;
+  int registers = 0;    // the most any entry point uses
+  int local_bytes = 0;  // the most any entry point spills to local memory
 };
 
 class ModuleCache {
  public:
-  using Loader = std::function<Result<LoadedKernel>()>;
+  using Loader = std::function<Result<LoadedModule>()>;
 
-  // The kernel for (ctx, variant): cached, or made by `load` once (concurrent callers of the same
+  // The module for (ctx, variant): cached, or made by `load` once (concurrent callers of the same
   // key wait for that one load; a failed load is not cached). `hit` tells which happened.
-  Result<LoadedKernel> get(CUcontext ctx, const KernelVariant& v, const Loader& load, bool* hit);
+  Result<LoadedModule> get(CUcontext ctx, const KernelVariant& v, const Loader& load, bool* hit);
 
   std::size_t size() const;
 
@@ -47,7 +50,7 @@ class ModuleCache {
   struct Slot {
     std::mutex build;
     bool ready = false;  // guarded by the cache's map lock once set
-    LoadedKernel kernel;
+    LoadedModule kernel;
   };
   mutable std::shared_mutex mu_;
   std::unordered_map<Key, std::shared_ptr<Slot>, KeyHash> map_;

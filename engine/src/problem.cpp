@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 
 namespace flashjit {
 namespace {
@@ -87,8 +88,50 @@ int pick_vec(const AttentionArgs& a, std::size_t elem) {
 
 }  // namespace
 
-Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
-  ValidatedProblem out;
+namespace {
+
+constexpr std::int64_t kMaxGridYZ = 65535;   // CUDA grid y/z limit: heads and batch
+constexpr std::int64_t kMaxSeq = 1ll << 30;  // keeps row indices and tile ends in int32
+
+// A float as the user gave it: %g keeps -1e-30 from printing as "-0.000000".
+std::string show(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", double(x));
+  return buf;
+}
+
+// Range [lo, hi) of a small fp32/int32 array the kernel reads.
+Status check_array(const char* name, const void* data, std::int64_t count, std::int64_t stride0, std::int64_t rows,
+                   std::size_t elem, Extent* e) {
+  const std::int64_t shape[2] = {rows, count}, stride[2] = {stride0, 1};
+  if (!data) return bad(std::string(name) + " is null");
+  return check_layout(name, data, shape, stride, elem, false, e);
+}
+
+Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t Sk_total, Extent* cu_q, Extent* cu_k) {
+  const Varlen& vl = *a.varlen;
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}})
+    if (view->shape[0] != 1)
+      return bad(dim(name, 0) + " must be 1 with varlen (sequences are packed along shape[1]), got " +
+                 std::to_string(view->shape[0]));
+  if (vl.batch < 0 || vl.batch > kMaxGridYZ)
+    return bad("varlen.batch must be in [0, " + std::to_string(kMaxGridYZ) + "], got " + std::to_string(vl.batch));
+  if (vl.max_seqlen_q < 0 || vl.max_seqlen_q > Sq_total)
+    return bad("varlen.max_seqlen_q must be in [0, q.shape[1] = " + std::to_string(Sq_total) + "], got " +
+               std::to_string(vl.max_seqlen_q));
+  if (vl.max_seqlen_k < 0 || vl.max_seqlen_k > Sk_total)
+    return bad("varlen.max_seqlen_k must be in [0, k.shape[1] = " + std::to_string(Sk_total) + "], got " +
+               std::to_string(vl.max_seqlen_k));
+  FJ_TRY(check_array("varlen.cu_seqlens_q", vl.cu_seqlens_q, vl.batch + 1, 0, 1, sizeof(std::int32_t), cu_q));
+  FJ_TRY(check_array("varlen.cu_seqlens_k", vl.cu_seqlens_k, vl.batch + 1, 0, 1, sizeof(std::int32_t), cu_k));
+  return {};
+}
+
+}  // namespace
+
+Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
+  AttentionProblem out;
+  out.args = &a;
   const DType dt = a.q.dtype;
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"k", &a.k}, {"v", &a.v}, {"o", &a.o}}) {
     if (view->dtype != dt)
@@ -100,6 +143,9 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
 
   const std::int64_t B = a.q.shape[0], Sq = a.q.shape[1], Hq = a.q.shape[2], Dqk = a.q.shape[3];
   const std::int64_t Sk = a.k.shape[1], Hkv = a.k.shape[2], Dv = a.v.shape[3];
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}})
+    for (int i = 0; i < 4; ++i)
+      if (view->shape[i] < 0) return bad(dim(name, i) + " must be >= 0, got " + std::to_string(view->shape[i]));
   // Shapes must agree: k [B,Sk,Hkv,Dqk], v [B,Sk,Hkv,Dv], o [B,Sq,Hq,Dv].
   struct Rule { const char* t; int i; std::int64_t want; const char* why; };
   const Rule rules[] = {
@@ -115,23 +161,27 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   }
   if (Dqk < 1 || Dqk > kMaxHeadDim) return bad(dim("q", 3) + " must be in [1, 256], got " + std::to_string(Dqk));
   if (Dv < 1 || Dv > kMaxHeadDim) return bad(dim("v", 3) + " must be in [1, 256], got " + std::to_string(Dv));
-  if (Hkv < 0 || Hq < 0 || B < 0 || Sq < 0 || Sk < 0) return bad("shapes must be >= 0");
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
-  constexpr std::int64_t kMaxGridYZ = 65535;   // CUDA grid y/z limit: heads and batch
-  constexpr std::int64_t kMaxSeq = 1ll << 30;  // keeps row indices and tile ends in int32
   if (Hq > kMaxGridYZ) return bad(dim("q", 2) + " must be at most 65535");
   if (B > kMaxGridYZ) return bad(dim("q", 0) + " must be at most 65535");
-  if (Sq > kMaxSeq || Sk > kMaxSeq) return bad("sequence lengths must be at most 2^30");
+  if (Sq > kMaxSeq || Sk > kMaxSeq) return bad("sequence lengths (q.shape[1], k.shape[1]) must be at most 2^30");
 
   const std::size_t elem = dtype_size(dt);
-  Extent eq, ek, ev, eo, el;
+  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks;
   FJ_TRY(check_layout("q", a.q.data, a.q.shape, a.q.stride, elem, false, &eq));
   FJ_TRY(check_layout("k", a.k.data, a.k.shape, a.k.stride, elem, false, &ek));
   FJ_TRY(check_layout("v", a.v.data, a.v.shape, a.v.stride, elem, false, &ev));
   FJ_TRY(check_layout("o", a.o.data, a.o.shape, a.o.stride, elem, true, &eo));
   if (overlaps(eo, eq) || overlaps(eo, ek) || overlaps(eo, ev)) return bad("o must not overlap q, k or v in memory");
+
+  // The problem's sizes: per sequence, or the max over a varlen batch.
+  std::int64_t batch = B, seq_q = Sq, seq_k = Sk;
+  if (a.varlen) {
+    FJ_TRY(check_varlen(a, Sq, Sk, &ecq, &eck));
+    batch = a.varlen->batch, seq_q = a.varlen->max_seqlen_q, seq_k = a.varlen->max_seqlen_k;
+  }
   if (a.lse) {
     const LseView& l = *a.lse;
     const std::int64_t want[3] = {B, Hq, Sq};
@@ -146,13 +196,45 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   float scale = 1.0f / std::sqrt(float(std::max<std::int64_t>(Dqk, 1)));
   if (a.softmax_scale) {
     scale = *a.softmax_scale;
-    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + std::to_string(scale));
+    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + show(scale));
   }
   if (a.mask != Mask::none && a.mask != Mask::causal) return bad("mask must be none or causal");
   if (a.fp32_math != Fp32Math::exact && a.fp32_math != Fp32Math::tf32) return bad("fp32_math must be exact or tf32");
+  const bool causal = a.mask == Mask::causal;
 
-  out.shape = {B, Sq, Sk, Hq, Hkv};
-  out.empty = B == 0 || Sq == 0 || Hq == 0;
+  bool window = false;
+  if (a.window) {
+    const Window& w = *a.window;
+    if (w.left < Window::kUnbounded) return bad("window.left must be >= 0, or -1 for unbounded, got " + std::to_string(w.left));
+    if (w.right < Window::kUnbounded) return bad("window.right must be >= 0, or -1 for unbounded, got " + std::to_string(w.right));
+    if (causal && w.right > 0)
+      return bad("window.right must be 0 or -1 with a causal mask (causal ends each row's keys at its diagonal), got " +
+                 std::to_string(w.right));
+    window = w.left >= 0 || (!causal && w.right >= 0);
+    // A side wider than every sequence is unbounded; clamping keeps kernel sums in int32.
+    const std::int64_t span = std::max(seq_q, seq_k);
+    out.window_left = int(w.left < 0 ? span : std::min(w.left, span));
+    out.window_right = causal ? 0 : int(w.right < 0 ? span : std::min(w.right, span));
+  }
+  if (a.softcap) {
+    out.softcap = *a.softcap;
+    if (!std::isfinite(out.softcap) || out.softcap <= 0.f)
+      return bad("softcap must be finite and > 0, got " + show(out.softcap));
+  }
+  if (a.alibi) {
+    if (a.alibi->batch_stride < 0)
+      return bad("alibi.batch_stride must be >= 0, got " + std::to_string(a.alibi->batch_stride));
+    FJ_TRY(check_array("alibi.slopes", a.alibi->slopes, Hq, a.alibi->batch_stride, batch, sizeof(float), &ealibi));
+  }
+  if (a.sinks) FJ_TRY(check_array("sinks", a.sinks, Hq, 0, 1, sizeof(float), &esinks));
+  // The kernel reads these while writing o and lse: they must not share memory.
+  for (const auto& [name, e] : {std::pair<const char*, const Extent*>{"varlen.cu_seqlens_q", &ecq}, {"varlen.cu_seqlens_k", &eck},
+                                {"alibi.slopes", &ealibi}, {"sinks", &esinks}})
+    if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
+
+  out.shape = {batch, seq_q, seq_k, Hq, Hkv};
+  out.empty = batch == 0 || seq_q == 0 || Hq == 0 || Sq == 0;
+  out.scale = scale;
   Semantics& s = out.semantics;
   s.dtype = dt;
   s.fp32_math = dt == DType::f32 ? a.fp32_math : Fp32Math::exact;
@@ -161,31 +243,12 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   s.mask = a.mask;
   s.gqa = Hkv > 0 && Hq != Hkv;
   s.write_lse = a.lse.has_value();
+  s.varlen = a.varlen.has_value();
+  s.window = window;
+  s.softcap = a.softcap.has_value();
+  s.alibi = a.alibi.has_value();
+  s.sinks = a.sinks != nullptr;
   s.vec = pick_vec(a, elem);
-
-  FjFwdParams& p = out.params;
-  std::memset(&p, 0, sizeof p);
-  p.q = a.q.data;
-  p.k = a.k.data;
-  p.v = a.v.data;
-  p.o = const_cast<void*>(a.o.data);
-  p.lse = a.lse ? a.lse->data : nullptr;
-  for (int i = 0; i < 4; ++i) {
-    p.q_stride[i] = a.q.stride[i];
-    p.k_stride[i] = a.k.stride[i];
-    p.v_stride[i] = a.v.stride[i];
-    p.o_stride[i] = a.o.stride[i];
-  }
-  if (a.lse)
-    for (int i = 0; i < 3; ++i) p.lse_stride[i] = a.lse->stride[i];
-  p.batch = int(B);
-  p.seqlen_q = int(Sq);
-  p.seqlen_k = int(Sk);
-  p.heads_q = int(Hq);
-  p.heads_kv = int(Hkv);
-  p.group = Hkv > 0 ? int(Hq / Hkv) : 1;
-  p.causal_offset = int(Sk - Sq);
-  p.scale_log2 = float(double(scale) * 1.4426950408889634);  // log2(e)
   return out;
 }
 

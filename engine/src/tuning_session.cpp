@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "base/host_float.hpp"
@@ -14,6 +15,11 @@ namespace {
 constexpr int kWarmupLaunches = 2;  // the first launch of a module pays lazy loading
 constexpr int kTimedLaunches = 7;   // median of 7: robust to one or two outliers
 constexpr int kMaxLocalBytes = 64;  // more spill than this never wins; skip timing it
+constexpr std::int64_t kRegistersPerSm = 65536;  // every arch from sm_80 to sm_90
+// Typical values of the run-time options when a bucket's variant has them.
+constexpr std::int64_t kRepresentativeWindow = 1024;  // Mistral's and Gemma's local layers use 1K-4K
+constexpr float kRepresentativeSoftcap = 50.f;       // Gemma 2's attention softcap
+constexpr float kRepresentativeAlibiSlope = 0.0625f; // 2^-4: the middle of ALiBi's geometric slopes
 
 // Fast reproducible uniform values in [-1, 1): random, never all zeros.
 std::vector<unsigned char> random_bytes(std::size_t count, DType dt, std::uint64_t seed) {
@@ -39,42 +45,77 @@ Result<std::unique_ptr<TuningSession>> TuningSession::create(const DriverLibrary
   s->drv_ = &drv, s->ctx_ = ctx, s->info_ = info, s->loader_ = &loader, s->key_ = key, s->log_ = std::move(log);
   const Semantics& sem = key.semantics;
   const ProblemShape p = autotune::representative_problem(key);
-  s->shape_ = p;
-  const std::int64_t nq = p.batch * p.seqlen_q * p.heads_q, nk = p.batch * p.seqlen_k * p.heads_kv;
-  const std::size_t counts[4] = {std::size_t(nq * sem.head_dim_qk), std::size_t(nk * sem.head_dim_qk),
-                                 std::size_t(nk * sem.head_dim_v), std::size_t(nq * sem.head_dim_v)};
-  for (int i = 0; i < 4; ++i) {
+  // Random device data of `count` elements (or fp32 values in [lo, hi) for small arrays).
+  auto upload = [&](const std::vector<unsigned char>& bytes, std::size_t alloc_bytes) -> Result<CUdeviceptr> {
     CUdeviceptr d = 0;
-    FJ_CU(drv, cuMemAlloc(&d, std::max<std::size_t>(counts[i], 1) * dtype_size(sem.dtype)));
+    FJ_CU(drv, cuMemAlloc(&d, std::max<std::size_t>(alloc_bytes, 1)));
     s->buffers_.push_back(d);
-    if (i < 3) {
-      const auto bytes = random_bytes(counts[i], sem.dtype, 0x5eed + i);
-      FJ_CU(drv, cuMemcpyHtoD(d, bytes.data(), bytes.size()));
-    }
-  }
-  CUdeviceptr lse = 0;
+    if (!bytes.empty()) FJ_CU(drv, cuMemcpyHtoD(d, bytes.data(), bytes.size()));
+    return d;
+  };
+  auto tensor = [&](std::int64_t rows, std::int64_t heads, int dim, bool random, std::uint64_t seed) -> Result<CUdeviceptr> {
+    const std::size_t count = std::size_t(p.batch * rows * heads * dim);
+    return upload(random ? random_bytes(count, sem.dtype, seed) : std::vector<unsigned char>{}, count * dtype_size(sem.dtype));
+  };
+  auto q = tensor(p.seqlen_q, p.heads_q, sem.head_dim_qk, true, 0x5eed);
+  auto k = q.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_qk, true, 0x5eed + 1) : q;
+  auto v = k.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_v, true, 0x5eed + 2) : k;
+  auto o = v.ok() ? tensor(p.seqlen_q, p.heads_q, sem.head_dim_v, false, 0) : v;
+  if (!o.ok()) return std::move(o).error();
+  AttentionArgs& a = s->args_;
+  const auto ptr = [](CUdeviceptr d) { return reinterpret_cast<const void*>(d); };
+  a.q = TensorView::bshd(ptr(q.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_qk);
+  a.k = TensorView::bshd(ptr(k.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_qk);
+  a.v = TensorView::bshd(ptr(v.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_v);
+  a.o = TensorView::bshd(ptr(o.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_v);
   if (sem.write_lse) {
-    FJ_CU(drv, cuMemAlloc(&lse, std::size_t(p.batch * p.heads_q * p.seqlen_q) * sizeof(float)));
-    s->buffers_.push_back(lse);
+    auto lse = upload({}, std::size_t(p.batch * p.heads_q * p.seqlen_q) * sizeof(float));
+    if (!lse.ok()) return std::move(lse).error();
+    a.lse = LseView::contiguous(reinterpret_cast<float*>(lse.value()), p.batch, p.heads_q, p.seqlen_q);
+  }
+  a.mask = sem.mask;
+  a.fp32_math = sem.fp32_math;
+  // The result-changing options, each at a typical value: tuning must time the kernel the
+  // bucket's problems run, with its masks, transforms and extra reads.
+  auto floats = [&](std::size_t n, float value) {
+    std::vector<unsigned char> b(n * sizeof(float));
+    for (std::size_t i = 0; i < n; ++i) std::memcpy(b.data() + i * sizeof(float), &value, sizeof(float));
+    return upload(b, b.size());
+  };
+  if (sem.varlen) {  // one sequence per batch entry, each of the bucket's length
+    std::vector<unsigned char> cq(2 * sizeof(std::int32_t)), ck(2 * sizeof(std::int32_t));
+    const std::int32_t q_end = std::int32_t(p.seqlen_q), k_end = std::int32_t(p.seqlen_k), zero = 0;
+    std::memcpy(cq.data(), &zero, 4), std::memcpy(cq.data() + 4, &q_end, 4);
+    std::memcpy(ck.data(), &zero, 4), std::memcpy(ck.data() + 4, &k_end, 4);
+    auto dq = upload(cq, cq.size());
+    auto dk = dq.ok() ? upload(ck, ck.size()) : dq;
+    if (!dk.ok()) return std::move(dk).error();
+    a.varlen = Varlen{reinterpret_cast<const std::int32_t*>(dq.value()), reinterpret_cast<const std::int32_t*>(dk.value()),
+                      1, p.seqlen_q, p.seqlen_k};
+  }
+  if (sem.window) a.window = Window{kRepresentativeWindow, sem.mask == Mask::causal ? 0 : kRepresentativeWindow};
+  if (sem.softcap) a.softcap = kRepresentativeSoftcap;
+  if (sem.alibi) {
+    auto slopes = floats(std::size_t(p.heads_q), kRepresentativeAlibiSlope);
+    if (!slopes.ok()) return std::move(slopes).error();
+    a.alibi = Alibi{reinterpret_cast<const float*>(slopes.value()), 0};
+  }
+  if (sem.sinks) {
+    auto sinks = floats(std::size_t(p.heads_q), 0.f);
+    if (!sinks.ok()) return std::move(sinks).error();
+    a.sinks = reinterpret_cast<const float*>(sinks.value());
   }
   // Twice the L2, rewritten before each timed launch, so inputs never start cached.
   s->flush_bytes_ = std::size_t(std::max(info.l2_bytes, 1 << 20)) * 2;
   FJ_CU(drv, cuMemAlloc(&s->flush_, s->flush_bytes_));
   FJ_CU(drv, cuEventCreate(&s->start_, CU_EVENT_DEFAULT));
   FJ_CU(drv, cuEventCreate(&s->stop_, CU_EVENT_DEFAULT));
-
-  AttentionArgs a;
-  const auto ptr = [&](int i) { return reinterpret_cast<const void*>(s->buffers_[i]); };
-  a.q = TensorView::bshd(ptr(0), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_qk);
-  a.k = TensorView::bshd(ptr(1), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_qk);
-  a.v = TensorView::bshd(ptr(2), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_v);
-  a.o = TensorView::bshd(ptr(3), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_v);
-  if (sem.write_lse) a.lse = LseView::contiguous(reinterpret_cast<float*>(lse), p.batch, p.heads_q, p.seqlen_q);
-  a.mask = sem.mask;
-  a.fp32_math = sem.fp32_math;
-  auto v = validate_problem(a);
-  if (!v.ok()) return std::move(v).error().with("tuning_key", key.to_string());
-  s->params_ = v->params;
+  auto problem = validate_problem(a);
+  if (!problem.ok()) return std::move(problem).error().with("tuning_key", key.to_string());
+  if (problem->semantics != sem)
+    return Error(Code::internal, "the representative problem of " + key.to_string() + " has semantics " +
+                                     problem->semantics.name());
+  s->problem_ = problem.value();
   return s;
 }
 
@@ -104,13 +145,19 @@ autotune::Prune TuningSession::prune() {
   return [this](const Tiling& t) -> std::optional<std::string> {
     const KernelVariant v{key_.family, key_.semantics, t};
     if (auto st = check_variant(v, info_.arch); !st.ok()) return st.error().message();
-    const int smem = find_family(v.family)->smem_bytes(v.semantics, t);
+    const int smem = variant_smem_bytes(v);
     if (smem > info_.smem_optin)
       return "needs " + std::to_string(smem) + " bytes of shared memory, the device allows " + std::to_string(info_.smem_optin);
     auto k = loader_->get(*drv_, ctx_, info_, v);
     if (!k.ok()) return "does not load: " + k.error().message();
     if (k->local_bytes > kMaxLocalBytes) return "spills " + std::to_string(k->local_bytes) + " bytes to local memory";
-    if (k->registers * t.warps * 32 > 65536) return "needs more registers than an SM has";
+    // Registers per thread times the largest block the plan launches must fit an SM's file.
+    LaunchPlan plan;
+    if (auto st = find_family(v.family)->plan(problem_, v, info_, 0, plan); !st.ok()) return st.error().message();
+    for (int i = 0; i < plan.count; ++i) {
+      const Dim3& b = plan.kernels[i].block;
+      if (std::int64_t(k->registers) * b.x * b.y * b.z > kRegistersPerSm) return "needs more registers than an SM has";
+    }
     return std::nullopt;
   };
 }
@@ -121,15 +168,23 @@ autotune::Measure TuningSession::measure() {
 
 Result<double> TuningSession::time(const Tiling& t) {
   const KernelVariant v{key_.family, key_.semantics, t};
-  auto k = loader_->get(*drv_, ctx_, info_, v);
-  if (!k.ok()) return std::move(k).error();
-  const LaunchGrid grid = find_family(v.family)->grid(shape_, v.semantics, t);
-  for (int i = 0; i < kWarmupLaunches; ++i) FJ_TRY(KernelLoader::launch(*drv_, k.value(), grid, params_, nullptr));
+  const KernelFamily* family = find_family(v.family);
+  if (!family) return Error(Code::invalid_argument, "unknown kernel family '" + v.family + "'");
+  auto m = loader_->get(*drv_, ctx_, info_, v);
+  if (!m.ok()) return std::move(m).error();
+  CUdeviceptr workspace = 0;
+  if (const std::size_t bytes = family->workspace_bytes(problem_, v, info_)) {
+    FJ_CU(*drv_, cuMemAlloc(&workspace, bytes));
+    buffers_.push_back(workspace);
+  }
+  LaunchPlan plan;
+  FJ_TRY(family->plan(problem_, v, info_, workspace, plan));
+  for (int i = 0; i < kWarmupLaunches; ++i) FJ_TRY(KernelLoader::launch(*drv_, m.value(), plan, nullptr));
   std::vector<float> ms;
   for (int i = 0; i < kTimedLaunches; ++i) {
     FJ_CU(*drv_, cuMemsetD8(flush_, static_cast<unsigned char>(i), flush_bytes_));
     FJ_CU(*drv_, cuEventRecord(start_, nullptr));
-    FJ_TRY(KernelLoader::launch(*drv_, k.value(), grid, params_, nullptr));
+    FJ_TRY(KernelLoader::launch(*drv_, m.value(), plan, nullptr));
     FJ_CU(*drv_, cuEventRecord(stop_, nullptr));
     FJ_CU(*drv_, cuEventSynchronize(stop_));
     float x = 0;

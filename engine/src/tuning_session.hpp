@@ -10,6 +10,7 @@
 #include "autotune/problem_bucket.hpp"
 #include "autotune/tuner.hpp"
 #include "kernel_loader.hpp"
+#include "problem.hpp"
 
 namespace flashjit {
 
@@ -40,8 +41,8 @@ class TuningSession {
   std::vector<CUdeviceptr> buffers_;
   CUdeviceptr flush_ = 0;
   std::size_t flush_bytes_ = 0;
-  FjFwdParams params_{};
-  ProblemShape shape_;
+  AttentionArgs args_;         // the representative problem's inputs, in buffers_
+  AttentionProblem problem_;   // validated; points at args_
   CUevent start_ = nullptr, stop_ = nullptr;
 };
 

@@ -86,6 +86,17 @@ FJ_DEVICE float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+FJ_DEVICE float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// tanh(x) = 1 - 2 / (e^(2x) + 1) on the two fast units: absolute error near 1e-7 (tanh.approx
+// is off by up to 2^-11, too coarse for a softcap of 50 in fp16). Saturates to +-1 exactly.
+FJ_DEVICE float tanh_fast(float x) {
+  constexpr float kTwoLog2e = 2.8853900817779268f;  // 2 log2(e): e^(2x) = 2^(2x log2 e)
+  return 1.f - 2.f * rcp_approx(exp2_approx(x * kTwoLog2e) + 1.f);
+}
 FJ_DEVICE float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));

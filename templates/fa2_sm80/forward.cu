@@ -1,8 +1,10 @@
 // fa2_sm80: FlashAttention-2 style forward for sm_80 and newer (mma.sync tensor cores,
-// ldmatrix, cp.async multi-stage pipeline). One CTA owns kBlockM query rows of one (batch,
-// head); its warps split the rows and stream key/value tiles of kBlockN keys through a ring of
-// kStages shared buffers, keeping the output and the softmax statistics in registers.
-#include "common/params.cuh"
+// ldmatrix, cp.async multi-stage pipeline). One CTA owns kBlockM query rows of one head of one
+// sequence; its warps split the rows and stream key/value tiles of kBlockN keys through a ring
+// of kStages shared buffers, keeping the output and the softmax statistics in registers. Key
+// tiles a causal mask or a sliding window hides from every row of the CTA are never loaded.
+#include "common/attention_params.cuh"
+#include "common/sequence.cuh"
 #include "common/tile_io.cuh"
 #include "fa2_sm80/gemm.cuh"
 #include "fa2_sm80/softmax.cuh"
@@ -13,10 +15,15 @@ FJ_DEVICE const Elem* elem_ptr(const void* base, const long long (&st)[4], int b
   return static_cast<const Elem*>(base) + b * st[0] + s * st[1] + h * st[2];
 }
 
-FJ_DEVICE void write_output(const FjFwdParams& p, float (&o)[kMTiles][kNTilesO][4],
-                            SoftmaxState& sm, Elem* smem, int m0, int warp_row0, int b, int head,
+// Normalizes and stores the CTA's rows. With sinks, each row's denominator also holds
+// exp(sink): the output shrinks by the sink's share and the LSE includes it.
+FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTilesO][4], SoftmaxState& sm,
+                            float score_scale, Elem* smem, const Sequence& seq, int m0, int warp_row0, int head,
                             int tid, int lane) {
   const Frag f{lane};
+  constexpr float kLn2 = 0.69314718056f;  // LSE is reported in natural log
+  constexpr float kLog2e = 1.44269504089f;
+  const float sink_log2 = kSinks ? p.sinks[head] * kLog2e : 0.f;
   // Everyone is done with the key/value buffers before the output tile reuses them.
   cp_async_wait<0>();
   __syncthreads();
@@ -25,7 +32,19 @@ FJ_DEVICE void write_output(const FjFwdParams& p, float (&o)[kMTiles][kNTilesO][
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float sum = quad_sum(sm.row_sum[mt][h]);
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;  // rows that saw no key give zeros
+      const float shift = sm.row_max[mt][h] == neg_inf() ? neg_inf() : sm.row_max[mt][h] * score_scale;
+      float inv, lse;
+      if constexpr (kSinks) {
+        // Against the larger of the row's max and the sink: neither term overflows.
+        const float top = fmaxf(shift, sink_log2);
+        const float a = exp2_approx(shift - top);  // 0 for a row that saw no key
+        const float total = top == neg_inf() ? 0.f : sum * a + exp2_approx(sink_log2 - top);
+        inv = total > 0.f ? a / total : 0.f;
+        lse = total > 0.f ? (top + log2f(total)) * kLn2 : neg_inf();
+      } else {
+        inv = sum > 0.f ? 1.f / sum : 0.f;  // rows that saw no key give zeros
+        lse = sum > 0.f ? (shift + log2f(sum)) * kLn2 : neg_inf();  // -inf: the log of an empty sum
+      }
       const int row = warp_row0 + mt * 16 + h * 8 + f.g();
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
@@ -40,25 +59,22 @@ FJ_DEVICE void write_output(const FjFwdParams& p, float (&o)[kMTiles][kNTilesO][
       }
       if constexpr (kWriteLse) {
         const int grow = m0 + row;
-        if (f.t() == 0 && grow < p.seqlen_q) {
-          // Natural-log LSE; -inf for a row that saw no key (log of an empty sum).
-          const float lse = sum > 0.f ? (sm.row_max[mt][h] * p.scale_log2 + log2f(sum)) * 0.69314718056f
-                                      : neg_inf();
-          p.lse[b * p.lse_stride[0] + head * p.lse_stride[1] + grow * p.lse_stride[2]] = lse;
-        }
+        if (f.t() == 0 && grow < seq.len_q)
+          p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + grow) * p.lse_stride[2]] = lse;
       }
     }
   }
   __syncthreads();
-  Elem* out = static_cast<Elem*>(p.o) + b * p.o_stride[0] + m0 * p.o_stride[1] + head * p.o_stride[2];
+  Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + m0) * p.o_stride[1] +
+              head * p.o_stride[2];
   store_tile<Elem, kBlockM, kHeadDimV, kStrideO, kVec, kThreads>(
-      out, p.o_stride[1], p.o_stride[3], smem, min(kBlockM, p.seqlen_q - m0), tid);
+      out, p.o_stride[1], p.o_stride[3], smem, min(kBlockM, seq.len_q - m0), tid);
 }
 
 }  // namespace fj::fa2
 
 extern "C" __global__ void __launch_bounds__(fj::fa2::kThreads)
-flashjit_fwd(const __grid_constant__ FjFwdParams p) {
+flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   using namespace fj;
   using namespace fj::fa2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -68,17 +84,21 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Causal: the last query blocks have the most keys; start them first.
   const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int head = blockIdx.y, b = blockIdx.z;
-  const int kv_head = kGqa ? head / p.group : head;
+  const int head = blockIdx.y;
+  const Sequence seq = sequence_of<kVarlen>(p, blockIdx.z);
   const int m0 = m_block * kBlockM;
+  if (kVarlen && m0 >= seq.len_q) return;  // the grid covers the longest sequence
+  const int kv_head = kGqa ? head / p.group : head;
   const int warp_row0 = warp * kRowsPerWarp;
 
-  const int n_end = kCausal ? min(p.seqlen_k, m0 + kBlockM + p.causal_offset) : p.seqlen_k;
-  const int n_blocks = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  int key_lo, key_hi;
+  key_range<kCausal, kWindow>(seq, m0, kBlockM, p.window_left, p.window_right, key_lo, key_hi);
+  const int first_tile = key_lo / kBlockN;
+  const int n_tiles = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - first_tile : 0;
 
-  const Elem* gQ = elem_ptr(p.q, p.q_stride, b, m0, head);
-  const Elem* gK = elem_ptr(p.k, p.k_stride, b, 0, kv_head);
-  const Elem* gV = elem_ptr(p.v, p.v_stride, b, 0, kv_head);
+  const Elem* gQ = elem_ptr(p.q, p.q_stride, seq.batch, seq.q_start + m0, head);
+  const Elem* gK = elem_ptr(p.k, p.k_stride, seq.batch, seq.k_start, kv_head);
+  const Elem* gV = elem_ptr(p.v, p.v_stride, seq.batch, seq.k_start, kv_head);
 
   zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
   for (int s = 0; s < kStages; ++s) {
@@ -87,10 +107,11 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
         sKV + s * kStageElems + kBlockN * kStrideQK, tid);
   }
 
-  auto load_kv = [&](int tile) {
-    Elem* sK = sKV + (tile % kStages) * kStageElems;
-    const int n0 = tile * kBlockN;
-    const int rows = p.seqlen_k - n0;
+  // Tile t of this CTA's range: key tile first_tile + t, in ring slot t % kStages.
+  auto load_kv = [&](int t) {
+    Elem* sK = sKV + (t % kStages) * kStageElems;
+    const int n0 = (first_tile + t) * kBlockN;
+    const int rows = seq.len_k - n0;
     load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
         sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], rows, tid);
     load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
@@ -98,11 +119,11 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
   };
 
   load_tile_async<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(
-      sQ, gQ, p.q_stride[1], p.q_stride[3], p.seqlen_q - m0, tid);
+      sQ, gQ, p.q_stride[1], p.q_stride[3], seq.len_q - m0, tid);
   cp_async_commit();
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_blocks) load_kv(s);
+    if (s < n_tiles) load_kv(s);
     cp_async_commit();  // empty groups keep the wait count uniform
   }
 
@@ -118,22 +139,28 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
 
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kMTiles][4];
   const int row_base = m0 + warp_row0 + (lane >> 2);
+  const float score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
+  const float alibi_slope = kAlibi ? p.alibi_slopes[blockIdx.z * p.alibi_batch_stride + head] * p.alibi_unit : 0.f;
+  // Bounds of the tiles every row of the CTA sees whole: others need the mask.
+  const int right = kWindow ? p.window_right : 0;
+  const int full_from = kWindow ? m0 + kBlockM - 1 + seq.offset() - p.window_left : 0;
+  const int full_to = m0 + seq.offset() + right;  // last key the CTA's first row sees
 
-  for (int j = 0; j < n_blocks; ++j) {
+  for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<kStages - 2>();
     __syncthreads();
     if constexpr (kQInRegisters) {
-      if (j == 0) {
+      if (t == 0) {
 #pragma unroll
         for (int kk = 0; kk < kDQK / 16; ++kk)
 #pragma unroll
           for (int mt = 0; mt < kMTiles; ++mt) load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
       }
     }
-    if (j + kStages - 1 < n_blocks) load_kv(j + kStages - 1);
+    if (t + kStages - 1 < n_tiles) load_kv(t + kStages - 1);
     cp_async_commit();
 
-    const Elem* sK = sKV + (j % kStages) * kStageElems;
+    const Elem* sK = sKV + (t % kStages) * kStageElems;
     const Elem* sV = sK + kBlockN * kStrideQK;
     float s[kMTiles][kNTilesS][4];
 #pragma unroll
@@ -146,16 +173,17 @@ flashjit_fwd(const __grid_constant__ FjFwdParams p) {
     if constexpr (k16Bit) gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, warp_row0, lane);
     else gemm_qk32(s, sQ, sK, warp_row0, lane);
 
-    const int n0 = j * kBlockN;
-    const bool needs_mask = n0 + kBlockN > p.seqlen_k ||
-                            (kCausal && n0 + kBlockN - 1 > m0 + p.causal_offset);
-    if (needs_mask) apply_mask(s, row_base, n0 + 2 * (lane & 3), p.seqlen_k, p.causal_offset);
+    const int n0 = (first_tile + t) * kBlockN;
+    if constexpr (kSoftcap || kAlibi) transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
+    const bool needs_mask = n0 + kBlockN > seq.len_k || ((kCausal || kWindow) && n0 + kBlockN - 1 > full_to) ||
+                            (kWindow && n0 < full_from);
+    if (needs_mask) apply_mask(s, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
 
-    sm.update(s, o, p.scale_log2);
+    sm.update(s, o, score_scale);
 
     if constexpr (k16Bit) gemm_pv16(o, s, sV, lane);
     else gemm_pv32(o, s, sV, lane);
   }
 
-  write_output(p, o, sm, sQ, m0, warp_row0, b, head, tid, lane);
+  write_output(p, o, sm, score_scale, sQ, seq, m0, warp_row0, head, tid, lane);
 }

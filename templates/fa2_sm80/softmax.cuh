@@ -3,6 +3,7 @@
 // the four threads of a quad share a row.
 #pragma once
 
+#include "common/sequence.cuh"
 #include "fa2_sm80/config.cuh"
 
 // Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
@@ -15,21 +16,47 @@
 
 namespace fj::fa2 {
 
-// Sets scores of keys past seqlen_k, and (causal) keys past a row's diagonal, to -inf.
-// row_base: the global query index of this thread's row g in m-tile 0.
-FJ_DEVICE void apply_mask(float (&s)[kMTiles][kNTilesS][4], int row_base, int col_base,
-                          int seqlen_k, int causal_offset) {
+// Sets scores of keys this thread's rows do not see (past the sequence, the causal diagonal or
+// the window) to -inf. row_base: this thread's row g of m-tile 0 in sequence rows.
+FJ_DEVICE void apply_mask(float (&s)[kMTiles][kNTilesS][4], int row_base, int col_base, const Sequence& seq,
+                          int left, int right) {
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row_base + mt * 16 + h * 8;
-      const int limit = kCausal ? min(seqlen_k, row + causal_offset + 1) : seqlen_k;
 #pragma unroll
       for (int nt = 0; nt < kNTilesS; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (col_base + nt * 8 + e >= limit) s[mt][nt][2 * h + e] = neg_inf();
+          if (key_masked<kCausal, kWindow>(row, col_base + nt * 8 + e, seq.len_k, seq.offset(), left, right))
+            s[mt][nt][2 * h + e] = neg_inf();
+        }
+      }
+    }
+  }
+}
+
+// The score transforms, in FlashAttention's order: softcap (cap * tanh(scale * s / cap), which
+// leaves scores in log2 units), then ALiBi (-slope * |row + offset - col|, in the scores' units).
+FJ_DEVICE void transform_scores(float (&s)[kMTiles][kNTilesS][4], int row_base, int col_base, int offset,
+                                const FjAttentionParams& p, float alibi_slope) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + mt * 16 + h * 8;
+#pragma unroll
+      for (int nt = 0; nt < kNTilesS; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][2 * h + e];
+          if constexpr (kSoftcap) {
+            // fp32 keeps its 1e-5 error bound only with the accurate tanh.
+            const float t = x * p.softcap_scale;
+            x = p.softcap_log2 * (k16Bit || kTf32 ? tanh_fast(t) : tanhf(t));
+          }
+          if constexpr (kAlibi) x -= alibi_slope * float(abs(row + offset - (col_base + nt * 8 + e)));
         }
       }
     }

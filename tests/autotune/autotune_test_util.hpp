@@ -33,6 +33,16 @@ class TempDir : public test_support::TempDir {
   TempDir() : test_support::TempDir("fj-autotune-test") {}
 };
 
+// The knob table of the family the tests' keys name, and how their stores find it (the engine
+// passes its family registry instead).
+inline const KnobTable kTestKnobs{"fa2_sm80",
+                                  {{"block_m", "m", "kBlockM", ""}, {"block_n", "n", "kBlockN", ""},
+                                   {"warps", "w", "kWarps", ""}, {"stages", "s", "kStages", ""}}};
+inline const KnobTable* test_knobs(std::string_view family) { return family == kTestKnobs.family ? &kTestKnobs : nullptr; }
+inline Tiling T(int block_m, int block_n, int warps, int stages) {
+  return Tiling(kTestKnobs, {block_m, block_n, warps, stages});
+}
+
 // Options for an Autotuner under `root` on `device` (sm_90a, NVRTC 12.4, driver 12040), logging to
 // `log`, or nowhere.
 inline AutotunerOptions autotuner_options(const std::string& root, TuneMode mode, const std::string& device,
@@ -45,26 +55,27 @@ inline AutotunerOptions autotuner_options(const std::string& root, TuneMode mode
   o.nvrtc_version = "12.4";
   o.driver_version = "12040";
   o.logger = log ? log->fn() : Logger([](const std::string&) {});
+  o.knob_tables = test_knobs;
   return o;
 }
 
 // The tilings the fake GPU knows, in family order.
-inline const Tiling kDefault{128, 64, 4, 2};
+inline const Tiling kDefault = T(128, 64, 4, 2);
 inline std::vector<Tiling> sample_candidates() {
-  return {{64, 32, 4, 2}, {64, 64, 4, 2}, {128, 64, 4, 2}, {128, 128, 4, 2}, {128, 64, 8, 3}, {128, 128, 8, 3}};
+  return {T(64, 32, 4, 2), T(64, 64, 4, 2), T(128, 64, 4, 2), T(128, 128, 4, 2), T(128, 64, 8, 3), T(128, 128, 8, 3)};
 }
 
 // A fake GPU: fixed median times per tiling, some tilings failing, every call counted.
 class FakeGpu {
  public:
   FakeGpu() {
-    times_[Tiling{64, 32, 4, 2}.name()] = 2.0;
-    times_[Tiling{64, 64, 4, 2}.name()] = 1.5;
-    times_[Tiling{128, 64, 4, 2}.name()] = 1.2;  // the default
-    times_[Tiling{128, 128, 4, 2}.name()] = 0.9;
-    times_[Tiling{128, 64, 8, 3}.name()] = 0.7;  // the fastest
-    times_[Tiling{128, 128, 8, 3}.name()] = 0.5;  // faster still, but fails to compile
-    failing_[Tiling{128, 128, 8, 3}.name()] = "ptxas: too many resources requested";
+    times_[T(64, 32, 4, 2).name()] = 2.0;
+    times_[T(64, 64, 4, 2).name()] = 1.5;
+    times_[T(128, 64, 4, 2).name()] = 1.2;  // the default
+    times_[T(128, 128, 4, 2).name()] = 0.9;
+    times_[T(128, 64, 8, 3).name()] = 0.7;  // the fastest
+    times_[T(128, 128, 8, 3).name()] = 0.5;  // faster still, but fails to compile
+    failing_[T(128, 128, 8, 3).name()] = "ptxas: too many resources requested";
   }
   void set_time(const Tiling& t, double ms) { times_[t.name()] = ms; }
   void set_failing(const Tiling& t, std::string why) { failing_[t.name()] = std::move(why); }

@@ -34,7 +34,7 @@ TuningKey key_for(std::int64_t seqlen) {
   return make_tuning_key("fa2_sm80", s, seqlen, seqlen, 32);
 }
 
-const Tiling kBest{128, 64, 8, 3};  // FakeGpu's fastest working tiling
+const Tiling kBest = T(128, 64, 8, 3);  // FakeGpu's fastest working tiling
 
 }  // namespace
 
@@ -104,7 +104,7 @@ TEST_CASE("autotuner: on_first_use tunes a key once, then answers from memory an
   CHECK(st.hits == 4);
   CHECK(st.defaults == 0);
   CHECK(st.tune_seconds >= 0);
-  CHECK(log.contains("tuning fa2_sm80/f16-d128-causal-v8/sq4096/sk4096/bh32"));
+  CHECK(log.contains("tuning fa2_sm80/f16-dqk128-dv128-causal-vec8/sq4096/sk4096/bh32"));
 
   // A new process (a new Autotuner) finds it in the store.
   FakeGpu gpu2;
@@ -199,10 +199,10 @@ TEST_CASE("autotuner: a stale stored result is tuned again") {
   CHECK(gpu.calls() == 6);
   // The family gained a tiling: the candidate set changed.
   auto more = sample_candidates();
-  more.push_back({64, 128, 4, 3});
-  gpu.set_time({64, 128, 4, 3}, 0.4);
+  more.push_back(T(64, 128, 4, 3));
+  gpu.set_time(T(64, 128, 4, 3), 0.4);
   Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
-  CHECK(t.choose(key_for(4096), more, kDefault, gpu.measure(), {}).value() == Tiling{64, 128, 4, 3});
+  CHECK(t.choose(key_for(4096), more, kDefault, gpu.measure(), {}).value() == T(64, 128, 4, 3));
   CHECK(gpu.calls() == 13);
   // A new NVRTC: tuned again.
   AutotunerOptions o = options_for(tmp / "root", TuneMode::on_first_use);
@@ -228,11 +228,11 @@ TEST_CASE("autotuner: a stored tiling that is not a candidate is never returned"
     REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
   }
   // Hand-edit the store: same candidate-set hash, a tiling outside the set.
-  auto store = TuningStore::open(tmp / "root", kDevice, "sm_90a", "12.4", "12040", [](const std::string&) {});
+  auto store = TuningStore::open(tmp / "root", kDevice, "sm_90a", "12.4", "12040", [](const std::string&) {}, test_knobs);
   REQUIRE(store.ok());
   auto rec = store->find(key_for(4096), candidate_set_hash(sample_candidates()));
   REQUIRE(rec.has_value());
-  rec->tiling = {256, 256, 8, 4};
+  rec->tiling = T(256, 256, 8, 4);
   REQUIRE(store->put(key_for(4096), *rec).ok());
   LogSink log;
   Autotuner offline = make_tuner(tmp / "root", TuneMode::offline_only, &log);
@@ -307,13 +307,13 @@ TEST_CASE("autotuner: tune_key tunes offline, skips what is stored, retunes on r
   CHECK(gpu.calls() == 6);
   CHECK(t.tune_key(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).ok());
   CHECK(gpu.calls() == 6);
-  gpu.set_time({64, 32, 4, 2}, 0.1);
+  gpu.set_time(T(64, 32, 4, 2), 0.1);
   auto again = t.tune_key(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}, Autotuner::Retune::always);
   REQUIRE(again.ok());
-  CHECK(again->tiling == Tiling{64, 32, 4, 2});
+  CHECK(again->tiling == T(64, 32, 4, 2));
   CHECK(gpu.calls() == 12);
   // choose() sees the new result at once, without measuring.
-  CHECK(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == Tiling{64, 32, 4, 2});
+  CHECK(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == T(64, 32, 4, 2));
   CHECK(gpu.calls() == 12);
   // All failing: an error naming the reasons.
   FakeGpu bad;
@@ -339,7 +339,7 @@ TEST_CASE("autotuner: progress and time budget options reach the tuner") {
   CHECK(t->choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kDefault);
   CHECK(gpu.calls() == 2);
   CHECK(progress_calls == 3);  // two tilings handled, then the final call
-  auto store = TuningStore::open(tmp / "root", kDevice, "sm_90a", "12.4", "12040", [](const std::string&) {});
+  auto store = TuningStore::open(tmp / "root", kDevice, "sm_90a", "12.4", "12040", [](const std::string&) {}, test_knobs);
   auto rec = store->find(key_for(4096), candidate_set_hash(sample_candidates()));
   REQUIRE(rec.has_value());
   CHECK(rec->partial);

@@ -83,7 +83,7 @@ TEST_CASE("problem_bucket: different semantics or family never share a key") {
 
 TEST_CASE("problem_bucket: the string form is stable") {
   CHECK(make_tuning_key("fa2_sm80", causal_f16_d128(), 4000, 4096, 64).to_string() ==
-        "fa2_sm80/f16-d128-causal-v8/sq4096/sk4096/bh64");
+        "fa2_sm80/f16-dqk128-dv128-causal-vec8/sq4096/sk4096/bh64");
   Semantics s;
   s.dtype = DType::bf16;
   s.head_dim_qk = 64;
@@ -91,7 +91,7 @@ TEST_CASE("problem_bucket: the string form is stable") {
   s.gqa = true;
   s.write_lse = true;
   s.vec = 8;
-  CHECK(make_tuning_key("fa2_sm80", s, 1, 100000, 3).to_string() == "fa2_sm80/bf16-d64-gqa-lse-v8/sq2/sk65536/bh4");
+  CHECK(make_tuning_key("fa2_sm80", s, 1, 100000, 3).to_string() == "fa2_sm80/bf16-dqk64-dv64-gqa-lse-vec8/sq2/sk65536/bh4");
 }
 
 TEST_CASE("problem_bucket: the representative shape is the bucket's upper bound") {

@@ -56,7 +56,7 @@ TEST_CASE("resume: a killed offline run keeps finished keys; the rerun tunes onl
   REQUIRE(wait_child(child) == 128 + SIGKILL);
 
   {
-    auto store = TuningStore::open(root, "NVIDIA H200", "sm_90a", "12.4", "12040", [](const std::string&) {});
+    auto store = TuningStore::open(root, "NVIDIA H200", "sm_90a", "12.4", "12040", [](const std::string&) {}, test_knobs);
     REQUIRE(store.ok());
     const std::string hash = candidate_set_hash(sample_candidates());
     for (std::size_t i = 0; i < keys.size(); ++i) {

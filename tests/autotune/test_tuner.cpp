@@ -21,7 +21,7 @@ const CandidateResult* result_for(const TuneOutcome& o, const Tiling& t) {
 // Prunes tilings with 8 warps and 128-wide K/V tiles, as a shared-memory check would.
 Prune prune_big() {
   return [](const Tiling& t) -> std::optional<std::string> {
-    if (t.block_n == 128 && t.warps == 8) return std::string("needs 240 KB shared memory");
+    if (t[1] == 128 && t[2] == 8) return std::string("needs 240 KB shared memory");  // block_n, warps
     return std::nullopt;
   };
 }
@@ -33,7 +33,7 @@ TEST_CASE("tuner: picks the fastest tiling that could be timed") {
   LogSink log;
   auto o = tune(sample_candidates(), kDefault, gpu.measure(), {}, {}, log.fn());
   REQUIRE_MESSAGE(o.ok(), (o.ok() ? "" : o.error().to_string()));
-  CHECK(o->best == Tiling{128, 64, 8, 3});  // m128n128w8s3 would be faster but fails
+  CHECK(o->best == T(128, 64, 8, 3));  // m128n128w8s3 would be faster but fails
   CHECK(o->best_ms == doctest::Approx(0.7));
   CHECK(o->default_tiling == kDefault);
   REQUIRE(o->default_ms.has_value());
@@ -47,7 +47,7 @@ TEST_CASE("tuner: picks the fastest tiling that could be timed") {
   CHECK(o->results.front().tiling == kDefault);
   CHECK(gpu.measured().front() == kDefault);
 
-  const CandidateResult* failed = result_for(*o, {128, 128, 8, 3});
+  const CandidateResult* failed = result_for(*o, T(128, 128, 8, 3));
   REQUIRE(failed);
   CHECK(failed->status == CandidateStatus::failed);
   CHECK_FALSE(failed->ms.has_value());
@@ -63,13 +63,13 @@ TEST_CASE("tuner: pruned tilings are never measured and say why") {
   auto o = tune(sample_candidates(), kDefault, gpu.measure(), prune_big(), {}, log.fn());
   REQUIRE(o.ok());
   auto measured = gpu.measured();
-  CHECK(std::find(measured.begin(), measured.end(), Tiling{128, 128, 8, 3}) == measured.end());
-  const CandidateResult* pruned = result_for(*o, {128, 128, 8, 3});
+  CHECK(std::find(measured.begin(), measured.end(), T(128, 128, 8, 3)) == measured.end());
+  const CandidateResult* pruned = result_for(*o, T(128, 128, 8, 3));
   REQUIRE(pruned);
   CHECK(pruned->status == CandidateStatus::pruned);
   CHECK(pruned->reason == "needs 240 KB shared memory");
   CHECK(log.contains("m128n128w8s3 pruned: needs 240 KB shared memory"));
-  CHECK(o->best == Tiling{128, 64, 8, 3});
+  CHECK(o->best == T(128, 64, 8, 3));
 }
 
 TEST_CASE("tuner: the default is measured even when it is not a candidate, and may win") {
@@ -88,26 +88,26 @@ TEST_CASE("tuner: the default is measured even when it is not a candidate, and m
 
 TEST_CASE("tuner: duplicates are measured once; ties keep the earlier tiling") {
   FakeGpu gpu;
-  gpu.set_time({64, 64, 4, 2}, 0.7);  // ties with m128n64w8s3, which comes later
+  gpu.set_time(T(64, 64, 4, 2), 0.7);  // ties with m128n64w8s3, which comes later
   auto c = sample_candidates();
   c.push_back(c[1]);
   c.push_back(kDefault);
   auto o = tune(c, kDefault, gpu.measure(), {}, {}, {});
   REQUIRE(o.ok());
   CHECK(gpu.calls() == 6);
-  CHECK(o->best == Tiling{64, 64, 4, 2});
+  CHECK(o->best == T(64, 64, 4, 2));
 }
 
 TEST_CASE("tuner: a failing or unusable time is a failure, not a winner") {
   FakeGpu gpu;
-  gpu.set_time({64, 32, 4, 2}, 0.0);
-  gpu.set_time({64, 64, 4, 2}, -1.0);
-  gpu.set_time({128, 128, 4, 2}, std::numeric_limits<double>::quiet_NaN());
-  gpu.set_time({128, 64, 8, 3}, std::numeric_limits<double>::infinity());
+  gpu.set_time(T(64, 32, 4, 2), 0.0);
+  gpu.set_time(T(64, 64, 4, 2), -1.0);
+  gpu.set_time(T(128, 128, 4, 2), std::numeric_limits<double>::quiet_NaN());
+  gpu.set_time(T(128, 64, 8, 3), std::numeric_limits<double>::infinity());
   auto o = tune(sample_candidates(), kDefault, gpu.measure(), {}, {}, {});
   REQUIRE(o.ok());
   CHECK(o->best == kDefault);
-  for (const Tiling& t : {Tiling{64, 32, 4, 2}, Tiling{64, 64, 4, 2}, Tiling{128, 128, 4, 2}, Tiling{128, 64, 8, 3}}) {
+  for (const Tiling& t : {T(64, 32, 4, 2), T(64, 64, 4, 2), T(128, 128, 4, 2), T(128, 64, 8, 3)}) {
     const CandidateResult* r = result_for(*o, t);
     REQUIRE(r);
     CHECK(r->status == CandidateStatus::failed);
@@ -136,7 +136,7 @@ TEST_CASE("tuner: the default failing leaves no speed-up but still tunes") {
   REQUIRE(o.ok());
   CHECK_FALSE(o->default_ms.has_value());
   CHECK_FALSE(o->speedup().has_value());
-  CHECK(o->best == Tiling{128, 64, 8, 3});
+  CHECK(o->best == T(128, 64, 8, 3));
 }
 
 TEST_CASE("tuner: progress reports each tiling and a final call with the winner") {
@@ -154,7 +154,7 @@ TEST_CASE("tuner: progress reports each tiling and a final call with the winner"
   CHECK(total_seen == 6);
   CHECK(seen[0] == std::make_pair(std::size_t(0), kDefault));
   for (std::size_t i = 0; i < 6; ++i) CHECK(seen[i].first == i);
-  CHECK(seen[6] == std::make_pair(std::size_t(6), Tiling{128, 64, 8, 3}));
+  CHECK(seen[6] == std::make_pair(std::size_t(6), T(128, 64, 8, 3)));
 }
 
 TEST_CASE("tuner: a time budget stops early, keeps the best so far and marks the run partial") {
@@ -215,7 +215,7 @@ TEST_CASE("tuner: the candidate-set hash depends on the set only, and on the sal
   fewer.pop_back();
   CHECK(candidate_set_hash(fewer) != h);
   auto more = c;
-  more.push_back({64, 128, 4, 3});
+  more.push_back(T(64, 128, 4, 3));
   CHECK(candidate_set_hash(more) != h);
   CHECK(candidate_set_hash(c, "template v2") != h);
   CHECK(candidate_set_hash(c, "template v2") == candidate_set_hash(c, "template v2"));

@@ -20,7 +20,7 @@ const char* kArch = "sm_90a";
 
 TuningStore open_store(const std::string& root, LogSink* log = nullptr, const std::string& nvrtc = "12.4",
                        const std::string& driver = "12040", const std::string& device = kDevice) {
-  auto s = TuningStore::open(root, device, kArch, nvrtc, driver, log ? log->fn() : Logger([](const std::string&) {}));
+  auto s = TuningStore::open(root, device, kArch, nvrtc, driver, log ? log->fn() : Logger([](const std::string&) {}), test_knobs);
   REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().to_string()));
   return std::move(s).value();
 }
@@ -35,7 +35,7 @@ const std::string kHash = candidate_set_hash(sample_candidates());
 
 TuningRecord sample_record(double ms = 0.7) {
   FakeGpu gpu;
-  gpu.set_time({128, 64, 8, 3}, ms);
+  gpu.set_time(T(128, 64, 8, 3), ms);
   auto o = tune(sample_candidates(), kDefault, gpu.measure(), {}, {}, {});
   REQUIRE(o.ok());
   return o->to_record(kHash);
@@ -70,7 +70,7 @@ TEST_CASE("tuning_store: put, reopen, find") {
   TuningStore again = open_store(root);
   auto found = again.find(key_for(4096), kHash);
   REQUIRE(found.has_value());
-  CHECK(found->tiling == Tiling{128, 64, 8, 3});
+  CHECK(found->tiling == T(128, 64, 8, 3));
   CHECK(found->ms == doctest::Approx(0.7));
   CHECK(found->default_tiling == kDefault);
   CHECK(*found->default_ms == doctest::Approx(1.2));
@@ -96,7 +96,7 @@ TEST_CASE("tuning_store: put, reopen, find") {
   CHECK(doc["arch"] == kArch);
   CHECK(doc["nvrtc_version"] == "12.4");
   CHECK(doc["driver_version"] == "12040");
-  CHECK(doc["records"].contains("fa2_sm80/f16-d128-causal-v8/sq4096/sk4096/bh32"));
+  CHECK(doc["records"].contains("fa2_sm80/f16-dqk128-dv128-causal-vec8/sq4096/sk4096/bh32"));
 }
 
 TEST_CASE("tuning_store: folders are private, like the kernel cache") {
@@ -110,7 +110,7 @@ TEST_CASE("tuning_store: folders are private, like the kernel cache") {
   CHECK((st.st_mode & 0777) == 0700);
 
   ::chmod((tmp / "root/tuning").c_str(), 0777);
-  auto refused = TuningStore::open(tmp / "root", kDevice, kArch, "12.4", "12040", {});
+  auto refused = TuningStore::open(tmp / "root", kDevice, kArch, "12.4", "12040", {}, test_knobs);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().code() == Code::permission_denied);
 }
@@ -118,15 +118,15 @@ TEST_CASE("tuning_store: folders are private, like the kernel cache") {
 TEST_CASE("tuning_store: the root defaults to FLASHJIT_CACHE_DIR") {
   TempDir tmp;
   EnvGuard env("FLASHJIT_CACHE_DIR", tmp / "envroot");
-  auto s = TuningStore::open(std::nullopt, kDevice, kArch, "12.4", "12040", {});
+  auto s = TuningStore::open(std::nullopt, kDevice, kArch, "12.4", "12040", {}, test_knobs);
   REQUIRE(s.ok());
   CHECK(s->path() == tmp / "envroot/tuning/sm_90a-nvidia-h100-80gb-hbm3.json");
 }
 
 TEST_CASE("tuning_store: bad arch or empty device name is refused") {
   TempDir tmp;
-  CHECK(TuningStore::open(tmp / "r", kDevice, "../x", "1", "1", {}).error().code() == Code::invalid_argument);
-  CHECK(TuningStore::open(tmp / "r", "", kArch, "1", "1", {}).error().code() == Code::invalid_argument);
+  CHECK(TuningStore::open(tmp / "r", kDevice, "../x", "1", "1", {}, test_knobs).error().code() == Code::invalid_argument);
+  CHECK(TuningStore::open(tmp / "r", "", kArch, "1", "1", {}, test_knobs).error().code() == Code::invalid_argument);
 }
 
 TEST_CASE("tuning_store: another nvrtc, driver or candidate set makes a record stale") {
@@ -145,7 +145,7 @@ TEST_CASE("tuning_store: another nvrtc, driver or candidate set makes a record s
   CHECK(log.contains("made with driver '12040'"));
 
   TuningStore same = open_store(root, &log);
-  CHECK_FALSE(same.find(key_for(4096), candidate_set_hash({{64, 64, 4, 2}})).has_value());
+  CHECK_FALSE(same.find(key_for(4096), candidate_set_hash({T(64, 64, 4, 2)})).has_value());
   CHECK(log.contains("different candidate set"));
   CHECK(same.find(key_for(4096), kHash).has_value());
 }
@@ -322,7 +322,7 @@ TEST_CASE("tuning_store: processes putting different keys at once lose nothing")
   std::vector<pid_t> children;
   for (int p = 0; p < kProcesses; ++p)
     children.push_back(fork_child([&, p] {
-      auto s = TuningStore::open(root, kDevice, kArch, "12.4", "12040", [](const std::string&) {});
+      auto s = TuningStore::open(root, kDevice, kArch, "12.4", "12040", [](const std::string&) {}, test_knobs);
       if (!s) return 2;
       for (int i = 0; i < kKeysEach; ++i) {
         TuningKey k = key_for(64);

@@ -1,23 +1,30 @@
+// Variants from the one semantics field list and a knob table: names, equality, hashes, tiling
+// names, arch names.
 #include <doctest/doctest.h>
 
 #include "flashjit/variant.hpp"
-#include "kernel_family.hpp"
-#include "template_store.hpp"
 
 using namespace flashjit;
 
+namespace {
+const KnobTable kKnobs{"test_family",
+                       {{"block_m", "m", "kBlockM", ""}, {"block_n", "n", "kBlockN", ""},
+                        {"warps", "w", "kWarps", ""}, {"stages", "s", "kStages", ""}}};
+}  // namespace
+
 TEST_CASE("variant names are readable and distinguish every field") {
-  KernelVariant v{"fa2_sm80", {}, {}};
+  KernelVariant v{"test_family", {}, Tiling(kKnobs, {128, 64, 4, 2})};
   v.semantics.mask = Mask::causal;
   v.semantics.write_lse = true;
-  CHECK(v.name() == "fa2_sm80-f16-d128-causal-lse-v8-m128n64w4s2");
+  CHECK(v.name() == "test_family-f16-dqk128-dv128-causal-lse-vec8-m128n64w4s2");
   KernelVariant w = v;
   CHECK(w == v);
   CHECK(w.content_hash() == v.content_hash());
   CHECK(w.fast_hash() == v.fast_hash());
 
-  // Each single-field change alters equality, name and content hash.
-  std::vector<KernelVariant> changed(10, v);
+  // Each single-field change alters equality, name and content hash: every field of the list
+  // and every knob of the table.
+  std::vector<KernelVariant> changed(16, v);
   changed[0].semantics.dtype = DType::bf16;
   changed[1].semantics.head_dim_qk = 96;
   changed[2].semantics.head_dim_v = 64;
@@ -25,9 +32,15 @@ TEST_CASE("variant names are readable and distinguish every field") {
   changed[4].semantics.gqa = true;
   changed[5].semantics.write_lse = false;
   changed[6].semantics.vec = 4;
-  changed[7].tiling.block_n = 128;
-  changed[8].tiling.stages = 3;
-  changed[9].tiling.warps = 8;
+  changed[7].semantics.varlen = true;
+  changed[8].semantics.window = true;
+  changed[9].semantics.softcap = true;
+  changed[10].semantics.alibi = true;
+  changed[11].semantics.sinks = true;
+  changed[12].tiling[1] = 128;
+  changed[13].tiling[3] = 3;
+  changed[14].tiling[2] = 8;
+  changed[15].tiling[0] = 64;
   for (const auto& c : changed) {
     CHECK(c != v);
     CHECK(c.name() != v.name());
@@ -38,8 +51,25 @@ TEST_CASE("variant names are readable and distinguish every field") {
   KernelVariant tf32 = f32;
   tf32.semantics.fp32_math = Fp32Math::tf32;
   CHECK(f32.name() != tf32.name());
+  CHECK(tf32.name().find("-tf32-") != std::string::npos);
   CHECK(f32.content_hash() != tf32.content_hash());
   CHECK(v.content_hash().size() == 32);
+}
+
+TEST_CASE("every semantics field is visited once, in declaration order, with its constant") {
+  std::vector<std::string> names, constants;
+  Semantics{}.visit([&](const SemanticsField& f, const auto&) {
+    names.push_back(f.name);
+    constants.push_back(f.constant);
+  });
+  CHECK(names.front() == "dtype");
+  CHECK(names.back() == "vec");
+  CHECK(names.size() == 13);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t j = i + 1; j < names.size(); ++j) {
+      CHECK(names[i] != names[j]);
+      CHECK(constants[i] != constants[j]);
+    }
 }
 
 TEST_CASE("semantics check names the rule") {
@@ -58,6 +88,29 @@ TEST_CASE("semantics check names the rule") {
   s.dtype = DType::f32;
   s.vec = 8;  // 32 bytes: too wide
   CHECK_FALSE(s.check().ok());
+  s.vec = 4;
+  s.dtype = DType::f16;
+  s.fp32_math = Fp32Math::tf32;
+  CHECK(s.check().error().message().find("tf32 applies to f32") != std::string::npos);
+}
+
+TEST_CASE("tiling names round-trip through their family's knob table") {
+  const Tiling t(kKnobs, {64, 32, 4, 3});
+  CHECK(t.name() == "m64n32w4s3");
+  CHECK(t.size() == 4);
+  auto back = Tiling::parse(kKnobs, "m64n32w4s3");
+  REQUIRE(back.ok());
+  CHECK(back.value() == t);
+  for (const char* text : {"m64n32w4", "m64n32w4s3x", "64n32w4s3", "m064n32w4s3", "", "n32m64w4s3", "m9999999n1w1s1"}) {
+    auto r = Tiling::parse(kKnobs, text);
+    CHECK_MESSAGE(!r.ok(), text);
+    if (!r.ok()) CHECK(r.error().message().find("m<block_m>n<block_n>w<warps>s<stages>") != std::string::npos);
+  }
+  // Tilings of different tables never compare equal, whatever their values.
+  const KnobTable other{"other_family", kKnobs.knobs};
+  CHECK(Tiling(other, {64, 32, 4, 3}) != t);
+  CHECK(kKnobs.index("warps") == 2);
+  CHECK(kKnobs.index("splits") == -1);
 }
 
 TEST_CASE("arch names parse and round-trip") {
@@ -69,46 +122,4 @@ TEST_CASE("arch names parse and round-trip") {
   CHECK(Arch::parse("sm_90a")->suffix == 'a');
   for (const char* n : {"", "sm", "sm_", "sm_9", "compute_90", "sm_90b", "sm_90aa", "../sm_90", "sm_90/"})
     CHECK_FALSE(Arch::parse(n).ok());
-}
-
-TEST_CASE("rendering puts both kinds of constants into the source") {
-  KernelVariant v{"fa2_sm80", {}, {}};
-  v.semantics.dtype = DType::bf16;
-  v.semantics.head_dim_qk = 200;
-  v.semantics.head_dim_v = 72;
-  v.tiling = {64, 32, 4, 3};
-  const std::string src = render_source(*find_family("fa2_sm80"), v);
-  for (const char* want : {"kDtype = 1", "kHeadDimQK = 200", "kHeadDimV = 72", "kCausal = false", "kBlockM = 64",
-                           "kBlockN = 32", "kWarps = 4", "kStages = 3", "#include \"fa2_sm80/forward.cu\""})
-    CHECK_MESSAGE(src.find(want) != std::string::npos, want);
-  CHECK(src.find(v.name()) != std::string::npos);
-}
-
-TEST_CASE("templates are embedded and hashed") {
-  const auto& store = TemplateStore::instance();
-  CHECK(store.find("fa2_sm80/forward.cu") != nullptr);
-  CHECK(store.find("common/ptx.cuh") != nullptr);
-  CHECK(store.find("no/such.cuh") == nullptr);
-  CHECK(store.content_hash().size() == 32);
-}
-
-TEST_CASE("tiling rules and shared-memory pruning") {
-  const KernelFamily* f = find_family("fa2_sm80");
-  REQUIRE(f);
-  Semantics s;
-  CHECK(f->check_tiling(s, {128, 64, 4, 2}).ok());
-  CHECK_FALSE(f->check_tiling(s, {128, 64, 16, 2}).ok());  // too many warps
-  CHECK_FALSE(f->check_tiling(s, {48, 64, 4, 2}).ok());    // 48 rows over 4 warps
-  CHECK_FALSE(f->check_tiling(s, {128, 40, 4, 2}).ok());   // BLOCK_N not a multiple of 16
-  CHECK_FALSE(f->check_tiling(s, {128, 64, 4, 1}).ok());   // needs a second stage
-  s.head_dim_qk = s.head_dim_v = 256;
-  const Arch sm86 = Arch::parse("sm_86").value();
-  const Arch sm90 = Arch::parse("sm_90a").value();
-  for (const Tiling& t : f->candidate_tilings(sm86, s)) CHECK(f->smem_bytes(s, t) <= arch_smem_limit(sm86));
-  CHECK(f->candidate_tilings(sm90, s).size() > f->candidate_tilings(sm86, s).size());
-  for (const Arch& a : {sm86, sm90}) {
-    const Tiling t = f->default_tiling(a, s);
-    CHECK(f->check_tiling(s, t).ok());
-    CHECK(f->smem_bytes(s, t) <= arch_smem_limit(a));
-  }
 }

@@ -80,7 +80,7 @@ TEST_CASE("C ABI precompiles for a named arch without a GPU") {
   const flashjit_status st = flashjit_precompile(e, &a, "sm_80", name, sizeof name);
   INFO(flashjit_last_error());
   CHECK(st == FLASHJIT_OK);
-  CHECK(std::string(name).rfind("fa2_sm80-f16-d64-causal-v8-m", 0) == 0);  // tiling: the arch default
+  CHECK(std::string(name).rfind("fa2_sm80-f16-dqk64-dv64-causal-vec8-m", 0) == 0);  // tiling: the arch default
   CHECK(flashjit_precompile(e, &a, "sm_70x", name, sizeof name) == FLASHJIT_INVALID_ARGUMENT);
   flashjit_engine_destroy(e);
 }

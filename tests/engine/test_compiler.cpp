@@ -9,6 +9,7 @@
 
 #include "compiler.hpp"
 #include "kernel_family.hpp"
+#include "kernel_source.hpp"
 
 using namespace flashjit;
 
@@ -71,42 +72,78 @@ void compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs, const 
   std::printf("%s: compiled %zu variants in %.1f s (%.2f s each, 2 threads)\n", what, jobs.size(), s, s / jobs.size());
 }
 
+// Every registered family, for each arch it builds for: the variant it would run.
+void add_for_families(std::vector<std::pair<KernelVariant, Arch>>& jobs, const Arch& arch, const Semantics& s) {
+  for (const KernelFamily* f : families_for(arch, s)) jobs.push_back({{f->name(), s, f->default_tiling(arch, s)}, arch});
+}
+
+const char* const kArchs[] = {"sm_80", "sm_90a"};
+
+// The boolean semantics the engine v2 added: each alone, and all together.
+void set_feature(Semantics& s, int which) {
+  switch (which) {
+    case 0: s.varlen = true; break;
+    case 1: s.window = true; break;
+    case 2: s.softcap = true; break;
+    case 3: s.alibi = true; break;
+    case 4: s.sinks = true; break;
+    default: s.varlen = s.window = s.softcap = s.alibi = s.sinks = true;
+  }
+}
+constexpr int kFeatureCases = 6;
+
 }  // namespace
 
 TEST_CASE("NVRTC compiles every dtype x head dim (odd ones too) x mask x GQA/LSE for sm_80 and sm_90a") {
   std::vector<std::pair<KernelVariant, Arch>> jobs;
-  for (const char* arch_name : {"sm_80", "sm_90a"}) {
+  for (const char* arch_name : kArchs) {
     const Arch arch = Arch::parse(arch_name).value();
     for (DType dt : {DType::f16, DType::bf16, DType::f32})
       for (int d : {1, 3, 48, 64, 80, 96, 128, 200, 256})
-        for (Mask m : {Mask::none, Mask::causal}) {
-          const Semantics s = sem(dt, d, d, m, /*gqa=*/m == Mask::causal, /*lse=*/m == Mask::none, vec_for(dt, d, d));
-          auto family = choose_family(arch, s);
-          REQUIRE(family.ok());
-          jobs.push_back({{family.value()->name(), s, family.value()->default_tiling(arch, s)}, arch});
-        }
+        for (Mask m : {Mask::none, Mask::causal})
+          add_for_families(jobs, arch, sem(dt, d, d, m, /*gqa=*/m == Mask::causal, /*lse=*/m == Mask::none, vec_for(dt, d, d)));
     // tf32 and unequal head dims.
     for (auto [dq, dv] : {std::pair<int, int>{192, 128}, {64, 200}, {33, 7}}) {
-      Semantics s = sem(DType::f32, dq, dv, Mask::causal, true, true, vec_for(DType::f32, dq, dv), Fp32Math::tf32);
-      jobs.push_back({{"fa2_sm80", s, find_family("fa2_sm80")->default_tiling(arch, s)}, arch});
-      s = sem(DType::bf16, dq, dv, Mask::none, false, true, vec_for(DType::bf16, dq, dv));
-      jobs.push_back({{"fa2_sm80", s, find_family("fa2_sm80")->default_tiling(arch, s)}, arch});
+      add_for_families(jobs, arch, sem(DType::f32, dq, dv, Mask::causal, true, true, vec_for(DType::f32, dq, dv), Fp32Math::tf32));
+      add_for_families(jobs, arch, sem(DType::bf16, dq, dv, Mask::none, false, true, vec_for(DType::bf16, dq, dv)));
     }
   }
   compile_all(jobs, "semantics matrix");
 }
 
-TEST_CASE("NVRTC compiles every candidate tiling the autotuner may pick") {
+TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi and sinks, alone and together, with every dtype and mask") {
   std::vector<std::pair<KernelVariant, Arch>> jobs;
-  const KernelFamily* f = find_family("fa2_sm80");
-  for (const char* arch_name : {"sm_80", "sm_90a"}) {
+  for (const char* arch_name : kArchs) {
     const Arch arch = Arch::parse(arch_name).value();
-    for (int d : {64, 128, 256}) {
-      const Semantics s = sem(DType::f16, d, d, Mask::causal, false, false, 8);
-      for (const Tiling& t : f->candidate_tilings(arch, s)) jobs.push_back({{"fa2_sm80", s, t}, arch});
-    }
-    const Semantics s32 = sem(DType::f32, 128, 128, Mask::none, false, false, 4);
-    for (const Tiling& t : f->candidate_tilings(arch, s32)) jobs.push_back({{"fa2_sm80", s32, t}, arch});
+    for (DType dt : {DType::f16, DType::bf16, DType::f32})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (int which = 0; which < kFeatureCases; ++which) {
+          // Head dims alternate so each feature meets a small, a large and an odd one.
+          const int d = which % 3 == 0 ? 64 : which % 3 == 1 ? 256 : 72;
+          Semantics s = sem(dt, d, d, m, which % 2 == 0, which >= 3, vec_for(dt, d, d));
+          set_feature(s, which);
+          add_for_families(jobs, arch, s);
+        }
+    // Everything at once with unequal head dims and tf32.
+    Semantics s = sem(DType::f32, 192, 128, Mask::causal, true, true, 4, Fp32Math::tf32);
+    set_feature(s, kFeatureCases - 1);
+    add_for_families(jobs, arch, s);
   }
+  compile_all(jobs, "engine v2 semantics");
+}
+
+TEST_CASE("NVRTC compiles every candidate tiling the autotuner may pick, for every family") {
+  std::vector<std::pair<KernelVariant, Arch>> jobs;
+  for (const KernelFamily* f : kernel_families())
+    for (const char* arch_name : kArchs) {
+      const Arch arch = Arch::parse(arch_name).value();
+      std::vector<Semantics> sems;
+      for (int d : {64, 128, 256}) sems.push_back(sem(DType::f16, d, d, Mask::causal, false, false, 8));
+      sems.push_back(sem(DType::f32, 128, 128, Mask::none, false, false, 4));
+      for (const Semantics& s : sems) {
+        if (f->refusal(arch, s, nullptr)) continue;
+        for (const Tiling& t : f->candidate_tilings(arch, s)) jobs.push_back({{f->name(), s, t}, arch});
+      }
+    }
   compile_all(jobs, "tiling matrix");
 }

@@ -12,12 +12,14 @@
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
 
+#include "kernel_family.hpp"
+
 using namespace flashjit;
 
 namespace {
 
 KernelVariant variant() {
-  KernelVariant v{"fa2_sm80", {}, {}};
+  KernelVariant v{"fa2_sm80", {}, Tiling(find_family("fa2_sm80")->knobs(), {128, 64, 4, 2})};
   v.semantics.head_dim_qk = v.semantics.head_dim_v = 64;
   return v;
 }
@@ -46,7 +48,7 @@ TEST_CASE("the cache key changes with template text, options, NVRTC version, arc
   CHECK(KernelBinaries::cache_key_from(variant(), sm80, "t", "13.0", a).content_hash !=
         KernelBinaries::cache_key_from(variant(), sm80, "t", "13.0", b).content_hash);
   KernelVariant other = variant();
-  other.tiling.stages = 3;
+  other.tiling[3] = 3;  // stages
   CHECK(base.content_hash != KernelBinaries::cache_key_from(other, sm80, "templates-A", "13.0", opts).content_hash);
 }
 

@@ -2,6 +2,9 @@
 // any driver call (these run without a GPU, with fake device addresses).
 #include <doctest/doctest.h>
 
+#include <limits>
+
+#include "attention_params.hpp"
 #include "problem.hpp"
 
 using namespace flashjit;
@@ -38,9 +41,11 @@ TEST_CASE("a valid GQA problem validates into semantics and params") {
   CHECK(r->semantics.gqa);
   CHECK(r->semantics.vec == 8);
   CHECK(r->semantics.mask == Mask::causal);
-  CHECK(r->params.group == 4);
-  CHECK(r->params.causal_offset == 20);
-  CHECK(r->params.scale_log2 == doctest::Approx(1.4426950408889634 / 8.0));
+  const FjAttentionParams p = attention_params(r.value());
+  CHECK(p.group == 4);
+  CHECK(p.seqlen_k - p.seqlen_q == 20);  // the causal diagonal's offset
+  CHECK(p.scale_log2 == doctest::Approx(1.4426950408889634 / 8.0));
+  CHECK(p.total_q == 100);
 }
 
 TEST_CASE("each rule is named in its error") {
@@ -147,4 +152,127 @@ TEST_CASE("the [B,H,S,D] and packed [S, d_model] layouts validate without copies
   auto r = validate_problem(p);
   REQUIRE(r.ok());
   CHECK(r->semantics.vec == 8);
+}
+
+namespace {
+const std::int32_t* i32(std::uintptr_t slot) { return static_cast<const std::int32_t*>(addr(slot)); }
+const float* f32(std::uintptr_t slot) { return static_cast<const float*>(addr(slot)); }
+
+// A packed batch of 3 sequences, 300 query rows and 360 key rows in all.
+AttentionArgs make_varlen() {
+  AttentionArgs a = make(DType::bf16, 1, 300, 360);
+  a.varlen = Varlen{i32(5), i32(6), 3, 150, 200};
+  return a;
+}
+}  // namespace
+
+TEST_CASE("varlen: packed tensors, device prefix sums, max lengths") {
+  AttentionArgs a = make_varlen();
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.varlen);
+  CHECK(r->shape.batch == 3);
+  CHECK(r->shape.seqlen_q == 150);
+  CHECK(r->shape.seqlen_k == 200);
+  const FjAttentionParams p = attention_params(r.value());
+  CHECK(p.cu_seqlens_q == i32(5));
+  CHECK(p.total_q == 300);
+  CHECK(p.total_k == 360);
+
+  a = make_varlen();
+  a.q = TensorView::bshd(addr(1), DType::bf16, 2, 150, 8, 64);
+  a.k = TensorView::bshd(addr(2), DType::bf16, 2, 180, 2, 64);
+  a.v = TensorView::bshd(addr(3), DType::bf16, 2, 180, 2, 64);
+  a.o = TensorView::bshd(addr(4), DType::bf16, 2, 150, 8, 64);
+  CHECK(mentions(error_of(a), "q.shape[0] (batch) must be 1 with varlen"));
+  a = make_varlen();
+  a.varlen->cu_seqlens_k = nullptr;
+  CHECK(mentions(error_of(a), "varlen.cu_seqlens_k is null"));
+  a = make_varlen();
+  a.varlen->cu_seqlens_q = reinterpret_cast<const std::int32_t*>(reinterpret_cast<std::uintptr_t>(i32(5)) + 2);
+  CHECK(mentions(error_of(a), "varlen.cu_seqlens_q.data must be aligned"));
+  a = make_varlen();
+  a.varlen->max_seqlen_q = 301;
+  CHECK(mentions(error_of(a), "varlen.max_seqlen_q must be in [0, q.shape[1] = 300]"));
+  a = make_varlen();
+  a.varlen->max_seqlen_k = -1;
+  CHECK(mentions(error_of(a), "varlen.max_seqlen_k"));
+  a = make_varlen();
+  a.varlen->batch = 70000;
+  CHECK(mentions(error_of(a), "varlen.batch must be in [0, 65535]"));
+  a = make_varlen();
+  a.varlen->cu_seqlens_q = static_cast<const std::int32_t*>(a.o.data);  // the kernel writes o while reading it
+  CHECK(mentions(error_of(a), "varlen.cu_seqlens_q must not overlap o or lse"));
+  a = make_varlen();
+  a.varlen->batch = 0;
+  CHECK(validate_problem(a)->empty);
+}
+
+TEST_CASE("window: bounds, causal interplay, clamping") {
+  AttentionArgs a = make();
+  a.window = Window{128, 0};
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.window);
+  CHECK(r->window_left == 120);  // wider than every sequence: clamped to the longest (Sk = 120)
+  CHECK(r->window_right == 0);
+
+  a.window = Window{16, 4};
+  CHECK(validate_problem(a)->window_left == 16);
+  CHECK(validate_problem(a)->window_right == 4);
+  a.window = Window{-1, -1};  // unbounded both ways: no window at all
+  CHECK_FALSE(validate_problem(a)->semantics.window);
+  a.mask = Mask::causal;
+  a.window = Window{-1, 0};  // exactly causal
+  CHECK_FALSE(validate_problem(a)->semantics.window);
+  a.window = Window{32, -1};  // causal bounds the right side
+  r = validate_problem(a);
+  CHECK(r->semantics.window);
+  CHECK(r->window_right == 0);
+  a.window = Window{32, 5};
+  CHECK(mentions(error_of(a), "window.right must be 0 or -1 with a causal mask"));
+  a.mask = Mask::none;
+  a.window = Window{-2, 0};
+  CHECK(mentions(error_of(a), "window.left must be >= 0, or -1 for unbounded, got -2"));
+  a.window = Window{0, -7};
+  CHECK(mentions(error_of(a), "window.right must be >= 0, or -1 for unbounded, got -7"));
+}
+
+TEST_CASE("softcap, ALiBi and sinks: values and pointers are checked by name") {
+  AttentionArgs a = make();
+  a.softcap = 30.f;
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.softcap);
+  const FjAttentionParams p = attention_params(r.value());
+  CHECK(p.softcap_scale == doctest::Approx(0.125 / 30.0));
+  CHECK(p.softcap_log2 == doctest::Approx(30.0 * 1.4426950408889634));
+  CHECK(p.alibi_unit == doctest::Approx(1.4426950408889634));  // scores are log2 units after a softcap
+  for (float bad : {0.f, -1.f, -1e-30f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    a.softcap = bad;
+    CHECK(mentions(error_of(a), "softcap must be finite and > 0"));
+  }
+  a.softcap = -1e-30f;
+  CHECK(mentions(error_of(a), "got -1e-30"));
+
+  a = make();
+  a.alibi = Alibi{f32(5), 0};
+  r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.alibi);
+  CHECK(attention_params(r.value()).alibi_unit == doctest::Approx(8.0));  // 1 / scale in raw score units
+  a.alibi = Alibi{nullptr, 0};
+  CHECK(mentions(error_of(a), "alibi.slopes is null"));
+  a.alibi = Alibi{f32(5), -8};
+  CHECK(mentions(error_of(a), "alibi.batch_stride must be >= 0"));
+  a.alibi = Alibi{reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(f32(5)) + 1), 8};
+  CHECK(mentions(error_of(a), "alibi.slopes.data must be aligned"));
+  a.alibi = Alibi{static_cast<const float*>(a.o.data), 0};
+  CHECK(mentions(error_of(a), "alibi.slopes must not overlap o"));
+
+  a = make();
+  a.sinks = f32(6);
+  CHECK(validate_problem(a)->semantics.sinks);
+  a.sinks = reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(f32(6)) + 2);
+  CHECK(mentions(error_of(a), "sinks.data must be aligned"));
 }

@@ -136,7 +136,7 @@ TEST_CASE("every candidate tiling the tuner may pick computes the same attention
     s.mask = pick.m;
     auto c = tools::AttentionCase::create(f.gpu, s);
     REQUIRE(c.ok());
-    auto variant = f.engine->plan(c->args(), arch.name()).value();
+    const KernelVariant variant = f.engine->plan(c->args(), arch.name()).value().variant;
     const auto tilings = find_family(variant.family)->candidate_tilings(arch, variant.semantics);
     // Compile all candidates on every core first (into the disk cache), then run each.
     std::atomic<std::size_t> next{0};

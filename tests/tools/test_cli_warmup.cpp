@@ -53,10 +53,10 @@ TEST_CASE("warmup compiles into the cache, then finds everything there; list and
     names.push_back(v["name"].get<std::string>());
   }
   std::sort(names.begin(), names.end());
-  CHECK(names[0].find("-d32-causal-") != std::string::npos);
+  CHECK(names[0].find("-dqk32-dv32-causal-") != std::string::npos);
   // Progress went to stderr, one counted line per kernel.
-  CHECK(contains(first.err, "[1/2] sm_80 fa2_sm80-f16-d32"));
-  CHECK(contains(first.err, "[2/2] sm_80 fa2_sm80-f16-d32"));
+  CHECK(contains(first.err, "[1/2] sm_80 fa2_sm80-f16-dqk32"));
+  CHECK(contains(first.err, "[2/2] sm_80 fa2_sm80-f16-dqk32"));
   CHECK(contains(first.err, "2 compiled, 0 already cached, 0 failed"));
 
   auto second = run_flashjit(small_warmup_args(cache));
@@ -115,10 +115,10 @@ TEST_CASE("runner: every failure is reported with its full error, and counted") 
   VariantFlags f;
   f.head_dims = {32};
   const Arch sm80 = Arch::parse("sm_80").value();
-  auto jobs = plan_warmup(*engine, variants_from_flags(f).value(), {sm80}, false).value();
+  auto jobs = plan_warmup(variants_from_flags(f).value(), {sm80}, false).value();
   REQUIRE(jobs.size() == 1);
   WarmupJob too_big = jobs[0];
-  too_big.variant.tiling = Tiling{128, 256, 4, 4};
+  too_big.variant.tiling = parse_tiling("fa2_sm80", "m128n256w4s4").value();
   jobs.push_back(too_big);
 
   auto disk = open_cache(cache);

@@ -105,7 +105,7 @@ TEST_CASE("terminal: a narrow line keeps the item in flight and fits the width")
   style.columns = 60;
   style.refresh = 1000ms;
   ProgressBar bar(os, 3, style);
-  bar.begin("sm_90a fa2_sm80-bf16-d128-causal-gqa-lse-v8-m128n64w4s2");
+  bar.begin("sm_90a fa2_sm80-bf16-dqk128-dv128-causal-gqa-lse-vec8-m128n64w4s2");
   bar.finish();
   std::string text = os.str();
   text.resize(text.size() - 4);  // the final erase

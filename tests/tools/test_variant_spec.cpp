@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <type_traits>
 
 #include "byte_size.hpp"
 #include "cli_test_util.hpp"
@@ -14,7 +15,7 @@ using namespace flashjit;
 using namespace flashjit::tools;
 using flashjit::tools::test::contains;
 
-TEST_CASE("dtype, mask and tiling parsing name the option and the rule") {
+TEST_CASE("dtype and mask parsing name the option and the rule") {
   CHECK(parse_dtype("bf16", "--dtype")->dtype == DType::bf16);
   CHECK(parse_dtype("tf32", "--dtype")->fp32_math == Fp32Math::tf32);
   auto bad = parse_dtype("f8", "--dtype");
@@ -25,14 +26,14 @@ TEST_CASE("dtype, mask and tiling parsing name the option and the rule") {
   CHECK(parse_mask("causal", "--mask").value() == Mask::causal);
   CHECK(!parse_mask("sliding", "--mask").ok());
 
-  auto t = parse_tiling("m64n32w4s3", "--tiling");
-  REQUIRE(t.ok());
-  CHECK(t->block_m == 64);
-  CHECK(t->block_n == 32);
-  CHECK(t->warps == 4);
-  CHECK(t->stages == 3);
-  for (const char* text : {"m64n32w4", "m64n32w4s3x", "64n32w4s3", "m064n32w4s3", ""})
-    CHECK_MESSAGE(!parse_tiling(text, "--tiling").ok(), text);
+}
+
+TEST_CASE("boolean semantics fields each have a flag, from the field list") {
+  std::vector<std::string> flags;
+  Semantics{}.visit([&](const SemanticsField& f, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) flags.push_back(bool_field_flag(f));
+  });
+  CHECK(flags == std::vector<std::string>{"--gqa", "--lse", "--varlen", "--window", "--softcap", "--alibi", "--sinks"});
 }
 
 TEST_CASE("widest_vec follows the head dims and the dtype's 16-byte limit") {
@@ -63,7 +64,7 @@ TEST_CASE("flags give the cross product of dtypes, head dims and masks") {
   f.dtypes = {"f16", "bf16"};
   f.head_dims = {64, 96};
   f.masks = {"none", "causal"};
-  f.lse = true;
+  f.features["write_lse"] = true;
   CHECK(f.any());
   auto specs = variants_from_flags(f);
   REQUIRE(specs.ok());
@@ -74,13 +75,15 @@ TEST_CASE("flags give the cross product of dtypes, head dims and masks") {
   g.head_dims = {128};
   g.head_dim_v = 64;
   g.tiling = "m64n64w4s2";
-  g.gqa = true;
+  g.features["gqa"] = true;
+  g.features["sinks"] = true;
   auto one = variants_from_flags(g);
   REQUIRE(one.ok());
   REQUIRE(one->size() == 1);
   CHECK(one->front().semantics.head_dim_v == 64);
   CHECK(one->front().semantics.gqa);
-  CHECK(one->front().tiling->name() == "m64n64w4s2");
+  CHECK(one->front().semantics.sinks);
+  CHECK(one->front().tiling == "m64n64w4s2");
   CHECK(one->front().semantics.dtype == DType::f16);  // the default
 
   VariantFlags no_dim;
@@ -98,14 +101,18 @@ TEST_CASE("flags give the cross product of dtypes, head dims and masks") {
 TEST_CASE("JSON variant lists: fields, defaults and errors that point at the entry") {
   auto doc = nlohmann::json::parse(R"([
     {"dtype": "bf16", "head_dim": 128, "mask": "causal", "lse": true},
-    {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4}
+    {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4},
+    {"dtype": "tf32", "head_dim_qk": 192, "head_dim_v": 128, "varlen": true, "window": true, "softcap": true,
+     "alibi": true, "sinks": true, "write_lse": true, "family": "fa2_sm80"}
   ])");
   auto specs = variants_from_json(doc, "v.json");
   REQUIRE(specs.ok());
-  REQUIRE(specs->size() == 2);
-  CHECK((*specs)[0].semantics.name() == "bf16-d128-causal-lse-v8");
-  CHECK((*specs)[1].semantics.name() == "f16-d64v32-gqa-v4");
-  CHECK((*specs)[1].tiling->name() == "m64n64w4s2");
+  REQUIRE(specs->size() == 3);
+  CHECK((*specs)[0].semantics.name() == "bf16-dqk128-dv128-causal-lse-vec8");
+  CHECK((*specs)[1].semantics.name() == "f16-dqk64-dv32-gqa-vec4");
+  CHECK((*specs)[1].tiling == "m64n64w4s2");
+  CHECK((*specs)[2].semantics.name() == "f32-tf32-dqk192-dv128-lse-varlen-window-softcap-alibi-sinks-vec4");
+  CHECK((*specs)[2].family == "fa2_sm80");
   CHECK((*specs)[1].origin == "v.json[1]");
   CHECK(variants_from_json(nlohmann::json::parse(R"({"variants": [{"head_dim": 64}]})"), "v.json")->size() == 1);
 
@@ -114,7 +121,11 @@ TEST_CASE("JSON variant lists: fields, defaults and errors that point at the ent
   CHECK(contains(err(R"([{"head_dim": "64"}])"), "v.json[0].head_dim: must be an integer"));
   CHECK(contains(err(R"([{"head_dim": 64, "dtype": "f8"}])"), "v.json[0].dtype"));
   CHECK(contains(err(R"([{"dtype": "f16"}])"), "v.json[0]: needs a head_dim"));
-  CHECK(contains(err(R"([{"head_dim": 64, "tiling": "big"}])"), "v.json[0].tiling"));
+  CHECK(contains(err(R"([{"head_dim": 64, "tiling": 5}])"), "v.json[0].tiling: must be a string"));
+  CHECK(contains(err(R"([{"head_dim": 64, "lse": true, "write_lse": true}])"), "not both"));
+  // Integers out of range are refused, never narrowed (4294967360 would become 64).
+  CHECK(contains(err(R"([{"head_dim": 4294967360}])"), "v.json[0].head_dim: must be in [1, 256]"));
+  CHECK(contains(err(R"([{"head_dim": 64, "vec": 4294967304}])"), "v.json[0].vec: is out of range"));
   CHECK(contains(err(R"({"head_dim": 64})"), "list"));
 }
 
@@ -153,14 +164,14 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   auto specs = variants_from_flags(f).value();
   specs.push_back(specs.front());  // a duplicate is compiled once
 
-  auto jobs = plan_warmup(*engine, specs, archs, false);
+  auto jobs = plan_warmup(specs, archs, false);
   REQUIRE(jobs.ok());
   REQUIRE(jobs->size() == 2);
   CHECK((*jobs)[0].arch.name() == "sm_80");
   CHECK((*jobs)[1].arch.name() == "sm_90a");
   CHECK((*jobs)[0].variant == engine->default_variant(specs[0].semantics, "sm_80").value());
 
-  auto all = plan_warmup(*engine, specs, {archs[0]}, true);
+  auto all = plan_warmup(specs, {archs[0]}, true);
   REQUIRE(all.ok());
   const auto candidates = find_family("fa2_sm80")->candidate_tilings(archs[0], specs[0].semantics);
   bool default_among = false;
@@ -168,9 +179,14 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   CHECK(all->size() == candidates.size() + (default_among ? 0 : 1));
   CHECK(all->front().variant == (*jobs)[0].variant);  // the default first
 
-  specs[0].tiling = Tiling{128, 256, 4, 4};  // far more shared memory than any arch has
-  auto bad = plan_warmup(*engine, specs, archs, false);
+  specs[0].tiling = "m128n256w4s4";  // far more shared memory than any arch has
+  auto bad = plan_warmup(specs, archs, false);
   REQUIRE(!bad.ok());
   CHECK(contains(bad.error().message(), "--dtype/--head-dim"));
   CHECK(contains(bad.error().message(), "shared memory"));
+  specs[0].tiling = "m128n64";  // not a tiling of the family
+  CHECK(contains(plan_warmup(specs, archs, false).error().message(), "m<block_m>n<block_n>w<warps>s<stages>"));
+  specs[0].tiling.clear();
+  specs[0].family = "fa9";
+  CHECK(contains(plan_warmup(specs, archs, false).error().message(), "unknown kernel family 'fa9'"));
 }

@@ -21,13 +21,6 @@ std::vector<int> parse_list(const std::string& text) {
   return out;
 }
 
-Result<Tiling> parse_tiling(const std::string& t) {
-  Tiling x;
-  if (std::sscanf(t.c_str(), "m%dn%dw%ds%d", &x.block_m, &x.block_n, &x.warps, &x.stages) != 4)
-    return Error(Code::invalid_argument, "--tilings entries look like m128n64w4s2, got '" + t + "'");
-  return x;
-}
-
 int run(int argc, char** argv) {
   CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
   std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both";
@@ -84,7 +77,7 @@ int run(int argc, char** argv) {
         AttentionArgs args = c->args();
         args.mask = m ? Mask::causal : Mask::none;
         spec.mask = args.mask;
-        auto variant = engine->plan(args, arch.name()).value();
+        const KernelVariant variant = engine->plan(args, arch.name()).value().variant;
         std::vector<Tiling> list;
         if (tilings == "default") list = {variant.tiling};
         else if (tilings == "all") list = find_family(variant.family)->candidate_tilings(arch, variant.semantics);
@@ -92,7 +85,7 @@ int run(int argc, char** argv) {
           for (std::stringstream ss(tilings); ss.good();) {
             std::string t;
             std::getline(ss, t, ',');
-            auto parsed = parse_tiling(t);
+            auto parsed = parse_tiling(variant.family, t);
             if (!parsed.ok()) throw CLI::ValidationError("--tilings", parsed.error().message());
             list.push_back(parsed.value());
           }

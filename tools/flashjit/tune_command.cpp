@@ -11,6 +11,7 @@
 #include "context.hpp"
 #include "flashjit/flashjit.hpp"
 #include "progress_bar.hpp"
+#include "variant_flags_cli.hpp"
 #include "variant_spec.hpp"
 
 namespace flashjit::tools {
@@ -154,12 +155,7 @@ void add_tune_command(CLI::App& app, Context& ctx) {
   auto o = std::make_shared<TuneOptions>();
   CLI::App* sub = app.add_subcommand("tune", "Time every candidate tiling on this GPU and store the fastest per shape bucket");
   sub->add_option("--set", o->sets, "Named variant set (see `flashjit warmup --help`)")->delimiter(',');
-  sub->add_option("--dtype", o->flags.dtypes, "f16, bf16, f32 or tf32; comma list allowed")->delimiter(',');
-  sub->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K; comma list allowed")->delimiter(',');
-  sub->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)");
-  sub->add_option("--mask", o->flags.masks, "none or causal; comma list allowed")->delimiter(',');
-  sub->add_flag("--gqa", o->flags.gqa, "Query heads share key/value heads");
-  sub->add_flag("--lse", o->flags.lse, "Also write the log-sum-exp");
+  add_variant_flags(sub, o->flags);
   sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")->delimiter(',');
   sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq");
   sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)");

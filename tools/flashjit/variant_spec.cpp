@@ -4,14 +4,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/variant_json.hpp"
+#include "flashjit/flashjit.hpp"
+
 namespace flashjit::tools {
 namespace {
 
 Error bad(const std::string& where, const std::string& rule) { return Error(Code::invalid_argument, where + ": " + rule); }
 
 // Fills dtype, math, dims, mask and the widest vec (or `vec`), then checks the whole.
-Result<VariantSpec> make_spec(const DTypeChoice& dt, int dqk, int dv, Mask mask, bool gqa, bool lse, int vec,
-                              std::optional<Tiling> tiling, std::string origin) {
+Result<VariantSpec> make_spec(const DTypeChoice& dt, int dqk, int dv, Mask mask,
+                              const std::map<std::string, bool>& features, int vec, const std::string& family,
+                              const std::string& tiling, std::string origin) {
   VariantSpec v;
   Semantics& s = v.semantics;
   s.dtype = dt.dtype;
@@ -19,19 +23,46 @@ Result<VariantSpec> make_spec(const DTypeChoice& dt, int dqk, int dv, Mask mask,
   s.head_dim_qk = dqk;
   s.head_dim_v = dv;
   s.mask = mask;
-  s.gqa = gqa;
-  s.write_lse = lse;
+  s.visit([&](const SemanticsField& f, auto& value) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>)
+      if (auto it = features.find(f.name); it != features.end()) value = it->second;
+  });
   s.vec = vec ? vec : widest_vec(dt.dtype, dqk, dv);
+  v.family = family;
   v.tiling = tiling;
   v.origin = std::move(origin);
   if (auto st = s.check(); !st.ok()) return bad(v.origin, st.error().message());
   return v;
 }
 
-Status check_head_dim(int d, const std::string& option) {
+Status check_head_dim(std::int64_t d, const std::string& option) {
   if (d < 1 || d > kMaxHeadDim)
     return bad(option, "must be in [1, " + std::to_string(kMaxHeadDim) + "], got " + std::to_string(d));
   return {};
+}
+
+// Keys of a JSON variant that are the tool's, not semantics fields.
+constexpr const char* kToolKeys[] = {"head_dim", "lse", "family", "tiling"};
+
+// A fixed tiling must be one of the named family's (or, with none named, of some family's).
+Status check_tiling_text(const std::string& tiling, const std::string& family, const std::string& where) {
+  if (tiling.empty()) return {};
+  std::optional<Error> first;
+  for (const std::string& f : kernel_family_names()) {
+    if (!family.empty() && f != family) continue;
+    auto t = parse_tiling(f, tiling);
+    if (t.ok()) return {};
+    if (!first) first = t.error();
+  }
+  if (!first) return bad(where, "unknown kernel family '" + family + "'");
+  return bad(where, first->message());
+}
+
+std::string known_keys() {
+  std::string known;
+  Semantics{}.visit([&](const SemanticsField& f, const auto&) { known += (known.empty() ? "" : ", ") + std::string(f.name); });
+  for (const char* k : kToolKeys) known += std::string(", ") + k;
+  return known;
 }
 
 }  // namespace
@@ -50,19 +81,18 @@ Result<Mask> parse_mask(const std::string& text, const std::string& option) {
   return bad(option, "must be none or causal, got '" + text + "'");
 }
 
-Result<Tiling> parse_tiling(const std::string& text, const std::string& option) {
-  Tiling t;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "m%dn%dw%ds%d%c", &t.block_m, &t.block_n, &t.warps, &t.stages, &tail) != 4 ||
-      t.name() != text)
-    return bad(option, "must look like m128n64w4s2 (BLOCK_M, BLOCK_N, warps, stages), got '" + text + "'");
-  return t;
-}
-
 int widest_vec(DType dtype, int head_dim_qk, int head_dim_v) {
   for (int v = dtype == DType::f32 ? 4 : 8; v > 1; v /= 2)
     if (head_dim_qk % v == 0 && head_dim_v % v == 0) return v;
   return 1;
+}
+
+std::string bool_field_flag(const SemanticsField& field) {
+  std::string name = field.name;
+  if (name == "write_lse") return "--lse";
+  for (char& c : name)
+    if (c == '_') c = '-';
+  return "--" + name;
 }
 
 const std::vector<VariantSet>& variant_sets() {
@@ -96,7 +126,7 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
     for (int d : dims)
       for (Mask m : {Mask::none, Mask::causal})
         for (bool g : gqa) {
-          auto spec = make_spec(dt, d, d, m, g, false, 0, std::nullopt, "--set " + name);
+          auto spec = make_spec(dt, d, d, m, {{"gqa", g}}, 0, "", "", "--set " + name);
           if (!spec.ok()) return std::move(spec).error();
           out.push_back(std::move(spec).value());
         }
@@ -104,7 +134,9 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
 }
 
 bool VariantFlags::any() const {
-  return !dtypes.empty() || !head_dims.empty() || head_dim_v != 0 || !masks.empty() || gqa || lse ||
+  bool feature = false;
+  for (const auto& [name, on] : features) feature |= on;
+  return !dtypes.empty() || !head_dims.empty() || head_dim_v != 0 || !masks.empty() || feature || !family.empty() ||
          !tiling.empty() || vec != 0;
 }
 
@@ -124,17 +156,12 @@ Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& f) {
     if (!m.ok()) return std::move(m).error();
     masks.push_back(m.value());
   }
-  std::optional<Tiling> tiling;
-  if (!f.tiling.empty()) {
-    auto t = parse_tiling(f.tiling, "--tiling");
-    if (!t.ok()) return std::move(t).error();
-    tiling = t.value();
-  }
+  FJ_TRY(check_tiling_text(f.tiling, f.family, "--tiling"));
   std::vector<VariantSpec> out;
   for (const auto& dt : dtypes)
     for (int d : f.head_dims)
       for (Mask m : masks) {
-        auto spec = make_spec(dt, d, f.head_dim_v ? f.head_dim_v : d, m, f.gqa, f.lse, f.vec, tiling,
+        auto spec = make_spec(dt, d, f.head_dim_v ? f.head_dim_v : d, m, f.features, f.vec, f.family, f.tiling,
                               f.vec ? "--vec" : "--dtype/--head-dim");
         if (!spec.ok()) return std::move(spec).error();
         out.push_back(std::move(spec).value());
@@ -147,62 +174,59 @@ Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, c
   if (doc.is_object() && doc.contains("variants")) list = &doc["variants"];
   if (!list->is_array())
     return bad(source, "must hold a JSON list of variant objects (or {\"variants\": [...]})");
-  static const char* const fields[] = {"dtype", "head_dim", "head_dim_v", "mask", "gqa", "lse", "tiling", "vec"};
   std::vector<VariantSpec> out;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const auto& o = (*list)[i];
     const std::string where = source + "[" + std::to_string(i) + "]";
     if (!o.is_object()) return bad(where, "must be an object such as {\"dtype\": \"f16\", \"head_dim\": 128}");
-    for (const auto& [key, value] : o.items()) {
+    for (const auto& item : o.items()) {
       bool known = false;
-      for (const char* f : fields) known |= key == f;
-      if (!known)
-        return bad(where, "unknown field '" + key + "' (known: dtype, head_dim, head_dim_v, mask, gqa, lse, tiling, vec)");
+      for (const char* k : kToolKeys) known |= item.key() == k;
+      Semantics{}.visit([&](const SemanticsField& f, const auto&) { known |= item.key() == f.name; });
+      if (!known) return bad(where, "unknown field '" + item.key().substr(0, 64) + "' (known: " + known_keys() + ")");
     }
-    auto str = [&](const char* key, const char* dflt) -> Result<std::string> {
-      if (!o.contains(key)) return std::string(dflt);
-      if (!o[key].is_string()) return bad(where + "." + key, "must be a string");
-      return o[key].get<std::string>();
-    };
-    auto integer = [&](const char* key, int dflt) -> Result<int> {
-      if (!o.contains(key)) return dflt;
-      if (!o[key].is_number_integer()) return bad(where + "." + key, "must be an integer");
-      return o[key].get<int>();
-    };
-    auto boolean = [&](const char* key) -> Result<bool> {
-      if (!o.contains(key)) return false;
-      if (!o[key].is_boolean()) return bad(where + "." + key, "must be true or false");
-      return o[key].get<bool>();
-    };
-#define FJ_GET(var, expr)          \
-  auto var = (expr);               \
-  if (!var.ok()) return std::move(var).error()
-    FJ_GET(dtype_text, str("dtype", "f16"));
-    FJ_GET(mask_text, str("mask", "none"));
-    FJ_GET(tiling_text, str("tiling", ""));
-    FJ_GET(dqk, integer("head_dim", 0));
-    FJ_GET(dv, integer("head_dim_v", 0));
-    FJ_GET(vec, integer("vec", 0));
-    FJ_GET(gqa, boolean("gqa"));
-    FJ_GET(lse, boolean("lse"));
-#undef FJ_GET
-    if (!o.contains("head_dim")) return bad(where, "needs a head_dim");
-    FJ_TRY(check_head_dim(dqk.value(), where + ".head_dim"));
-    if (dv.value() != 0) FJ_TRY(check_head_dim(dv.value(), where + ".head_dim_v"));
-    auto dt = parse_dtype(dtype_text.value(), where + ".dtype");
-    if (!dt.ok()) return std::move(dt).error();
-    auto mask = parse_mask(mask_text.value(), where + ".mask");
-    if (!mask.ok()) return std::move(mask).error();
-    std::optional<Tiling> tiling;
-    if (!tiling_text->empty()) {
-      auto t = parse_tiling(tiling_text.value(), where + ".tiling");
-      if (!t.ok()) return std::move(t).error();
-      tiling = t.value();
+    // The tool's own keys first; what is left is semantics fields, read by the generated parser.
+    nlohmann::json fields = o;
+    VariantSpec spec;
+    spec.origin = where;
+    for (const char* key : {"family", "tiling"}) {
+      if (!fields.contains(key)) continue;
+      if (!fields[key].is_string()) return bad(where + "." + key, "must be a string");
+      (std::string(key) == "family" ? spec.family : spec.tiling) = fields[key].get<std::string>();
+      fields.erase(key);
     }
-    auto spec = make_spec(dt.value(), dqk.value(), dv.value() ? dv.value() : dqk.value(), mask.value(), gqa.value(),
-                          lse.value(), vec.value(), tiling, where);
-    if (!spec.ok()) return std::move(spec).error();
-    out.push_back(std::move(spec).value());
+    if (fields.contains("lse")) {
+      if (fields.contains("write_lse")) return bad(where, "give lse or write_lse, not both");
+      fields["write_lse"] = fields["lse"];
+      fields.erase("lse");
+    }
+    if (fields.contains("head_dim")) {
+      if (fields.contains("head_dim_qk")) return bad(where, "give head_dim or head_dim_qk, not both");
+      const auto& d = fields["head_dim"];
+      if (!d.is_number_integer()) return bad(where + ".head_dim", "must be an integer");
+      FJ_TRY(check_head_dim(d.is_number_unsigned() && d.get<std::uint64_t>() > (1u << 30) ? -1 : d.get<std::int64_t>(),
+                            where + ".head_dim"));
+      fields["head_dim_qk"] = d;
+      fields.erase("head_dim");
+    } else if (!fields.contains("head_dim_qk")) {
+      return bad(where, "needs a head_dim");
+    }
+    if (fields.contains("dtype") && fields["dtype"] == "tf32") {
+      if (fields.contains("fp32_math")) return bad(where, "dtype tf32 already sets fp32_math");
+      fields["dtype"] = "f32";
+      fields["fp32_math"] = "tf32";
+    }
+    // Defaults that depend on other fields: head_dim_v follows head_dim_qk, vec the widest.
+    if (!fields.contains("head_dim_v")) fields["head_dim_v"] = fields["head_dim_qk"];
+    const bool vec_given = fields.contains("vec");
+    if (!vec_given) fields["vec"] = 1;  // placeholder that always checks; replaced below
+    auto sem = semantics_from_json(fields, where);
+    if (!sem.ok()) return std::move(sem).error();
+    FJ_TRY(check_tiling_text(spec.tiling, spec.family, where + ".tiling"));
+    spec.semantics = sem.value();
+    if (!vec_given) spec.semantics.vec = widest_vec(spec.semantics.dtype, spec.semantics.head_dim_qk, spec.semantics.head_dim_v);
+    if (auto st = spec.semantics.check(); !st.ok()) return bad(where, st.error().message());
+    out.push_back(std::move(spec));
   }
   return out;
 }

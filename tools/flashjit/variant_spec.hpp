@@ -1,10 +1,13 @@
-// What `flashjit warmup` is asked to compile, before archs and tilings are applied: result-
-// changing semantics plus an optional fixed tiling, from named sets, command-line flags or a
-// JSON file. Every parser names the argument (or file position) and the rule it broke.
+// What `flashjit warmup` and `flashjit tune` are asked for, before archs and families are
+// applied: result-changing semantics plus an optional fixed family and tiling, from named sets,
+// command-line flags or a JSON file. The semantics fields, their flags and their JSON keys all
+// come from the one field list (flashjit/variant.hpp). Every parser names the argument (or file
+// position) and the rule it broke.
 #pragma once
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,8 +19,10 @@ namespace flashjit::tools {
 
 struct VariantSpec {
   Semantics semantics;
-  std::optional<Tiling> tiling;  // unset: the kernel family's default for each arch
-  std::string origin;            // where it came from, for messages: "--set prefill", "v.json[2]"
+  std::string family;  // empty: every family that serves the semantics on an arch
+  std::string tiling;  // empty: each family's default; else a tiling of `family` (or of the
+                       // arch's first family), e.g. "m128n64w4s2"
+  std::string origin;  // where it came from, for messages: "--set prefill", "v.json[2]"
 };
 
 struct DTypeChoice {
@@ -29,11 +34,13 @@ struct DTypeChoice {
 Result<DTypeChoice> parse_dtype(const std::string& text, const std::string& option);
 // none or causal.
 Result<Mask> parse_mask(const std::string& text, const std::string& option);
-// "m128n64w4s2": BLOCK_M, BLOCK_N, warps, stages.
-Result<Tiling> parse_tiling(const std::string& text, const std::string& option);
 // The widest global access (elements) both head dims allow: what forward() picks for aligned,
 // contiguous tensors, hence the variant worth having warm.
 int widest_vec(DType dtype, int head_dim_qk, int head_dim_v);
+
+// The command-line flag of a boolean semantics field: "--gqa", "--varlen", and "--lse" for
+// write_lse (its established spelling).
+std::string bool_field_flag(const SemanticsField& field);
 
 // Named sets for --set.
 struct VariantSet {
@@ -49,17 +56,19 @@ struct VariantFlags {
   std::vector<int> head_dims;       // required when any of these flags is given
   int head_dim_v = 0;               // 0: each head dim
   std::vector<std::string> masks;   // default none
-  bool gqa = false;
-  bool lse = false;
-  std::string tiling;  // empty: each arch's default
-  int vec = 0;         // 0: widest_vec
+  std::map<std::string, bool> features;  // boolean semantics fields by name: gqa, write_lse, varlen, ...
+  std::string family;               // empty: every family that serves each variant
+  std::string tiling;               // empty: each family's default
+  int vec = 0;                      // 0: widest_vec
 
   bool any() const;  // whether any explicit-variant flag was given
 };
 Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& flags);
 
-// A JSON list of objects (or {"variants": [...]}) with the flags' fields: dtype, head_dim,
-// head_dim_v, mask, gqa, lse, tiling, vec. Unknown fields are refused (they are typos).
+// A JSON list of objects (or {"variants": [...]}). Keys: every semantics field by name
+// (dtype, head_dim_qk, head_dim_v, mask, gqa, write_lse, varlen, window, softcap, alibi, sinks,
+// vec, fp32_math), plus "head_dim" (both dims), "lse" (write_lse), dtype "tf32", "family" and
+// "tiling". head_dim_v defaults to head_dim_qk, vec to widest_vec. Unknown keys are refused.
 Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source);
 Result<std::vector<VariantSpec>> variants_from_file(const std::string& path);
 

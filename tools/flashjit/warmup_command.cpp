@@ -13,6 +13,7 @@
 #include "context.hpp"
 #include "kernel_binaries.hpp"
 #include "kernel_family.hpp"
+#include "variant_flags_cli.hpp"
 #include "warmup_runner.hpp"
 
 namespace flashjit::tools {
@@ -56,7 +57,7 @@ Result<std::vector<Arch>> parse_archs(const std::vector<std::string>& texts) {
   for (const auto& t : texts) {
     auto a = Arch::parse(t);
     if (!a.ok()) return Error(Code::invalid_argument, "--arch: " + a.error().message());
-    if (auto f = choose_family(a.value(), Semantics{}); !f.ok())
+    if (auto f = choose_family(a.value(), Semantics{}, nullptr); !f.ok())
       return Error(Code::invalid_argument, "--arch: " + t + " is not supported: " + f.error().message());
     bool dup = false;
     for (const auto& b : archs) dup |= b == a.value();
@@ -169,7 +170,7 @@ int run(Context& ctx, const WarmupOptions& o) {
   };
   auto engine = Engine::create(eo);
   if (!engine.ok()) return failure(ctx, kCommand, "", engine.error());
-  auto jobs = plan_warmup(*engine.value(), specs.value(), archs.value(), o.all_tilings);
+  auto jobs = plan_warmup(specs.value(), archs.value(), o.all_tilings);
   if (!jobs.ok()) return usage_error(ctx, kCommand, jobs.error().message());
   if (o.dry_run) return dry_run(ctx, o, jobs.value());
 
@@ -233,24 +234,10 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
       ->type_name("ARCH");
   sub->add_option("--set", o->sets, sets_help())->delimiter(',')->type_name("NAME");
   auto* g = sub->add_option_group("explicit variant", "One variant (or a cross product) given by flags");
-  g->add_option("--dtype", o->flags.dtypes, "f16, bf16, f32 or tf32; comma list allowed (default f16)")
-      ->delimiter(',')
-      ->type_name("DTYPE");
-  g->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K (1..256); comma list allowed")
-      ->delimiter(',')
-      ->type_name("D");
-  g->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)")->type_name("D");
-  g->add_option("--mask", o->flags.masks, "none or causal; comma list allowed (default none)")
-      ->delimiter(',')
-      ->type_name("MASK");
-  g->add_flag("--gqa", o->flags.gqa, "Query heads share key/value heads (Hq != Hkv)");
-  g->add_flag("--lse", o->flags.lse, "Also write the log-sum-exp");
-  g->add_option("--tiling", o->flags.tiling, "Fixed tiling such as m128n64w4s2 (default: each arch's choice)")
-      ->type_name("TILING");
-  g->add_option("--vec", o->flags.vec, "Elements per global access: 1, 2, 4 or 8 (default: the widest the dims allow)")
-      ->type_name("N");
+  add_variant_flags(g, o->flags);
   sub->add_option("--variants", o->variants_file,
-                  "JSON list of variant objects with the fields dtype, head_dim, head_dim_v, mask, gqa, lse, tiling, vec")
+                  "JSON list of variant objects: the semantics fields (dtype, head_dim, head_dim_v, mask, gqa, lse, varlen, "
+                  "window, softcap, alibi, sinks, vec) and family, tiling")
       ->type_name("FILE.json");
   sub->add_flag("--all-tilings", o->all_tilings,
                 "Also compile every candidate tiling the autotuner may pick, so a tuned choice is always warm");

@@ -6,7 +6,7 @@
 
 namespace flashjit::tools {
 
-Result<std::vector<WarmupJob>> plan_warmup(const Engine& engine, const std::vector<VariantSpec>& specs,
+Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs,
                                            const std::vector<Arch>& archs, bool all_tilings) {
   std::vector<WarmupJob> jobs;
   std::unordered_set<std::string> seen;
@@ -19,19 +19,35 @@ Result<std::vector<WarmupJob>> plan_warmup(const Engine& engine, const std::vect
   };
   for (const Arch& arch : archs) {
     for (const VariantSpec& spec : specs) {
-      auto base = engine.default_variant(spec.semantics, arch.name());
-      if (!base.ok())
-        return Error(base.error().code(), spec.origin + ": " + spec.semantics.name() + " on " + arch.name() + ": " +
-                                              base.error().message());
-      KernelVariant v = std::move(base).value();
-      if (spec.tiling) v.tiling = *spec.tiling;
-      FJ_TRY(add(v, arch, spec));
-      if (!all_tilings) continue;
-      const KernelFamily* family = find_family(v.family);
-      for (const Tiling& t : family->candidate_tilings(arch, v.semantics)) {
-        KernelVariant c = v;
-        c.tiling = t;
-        FJ_TRY(add(c, arch, spec));
+      const auto where = [&] { return spec.origin + ": " + spec.semantics.name() + " on " + arch.name(); };
+      std::vector<const KernelFamily*> families;
+      if (!spec.family.empty()) {
+        const KernelFamily* f = find_family(spec.family);
+        if (!f) return Error(Code::invalid_argument, where() + ": unknown kernel family '" + spec.family + "'");
+        families.push_back(f);
+      } else if (!spec.tiling.empty()) {  // a fixed tiling belongs to the family the arch tries first
+        if (const KernelFamily* f = pick_family(arch, spec.semantics, nullptr)) families.push_back(f);
+      } else {
+        families = families_for(arch, spec.semantics);
+      }
+      if (families.empty()) {
+        auto why = choose_family(arch, spec.semantics, nullptr);
+        return Error(Code::unsupported, where() + ": " + (why.ok() ? "no family" : why.error().message()));
+      }
+      for (const KernelFamily* family : families) {
+        KernelVariant v{family->name(), spec.semantics, family->default_tiling(arch, spec.semantics)};
+        if (!spec.tiling.empty()) {
+          auto t = Tiling::parse(family->knobs(), spec.tiling);
+          if (!t.ok()) return Error(Code::invalid_argument, where() + ": " + t.error().message());
+          v.tiling = t.value();
+        }
+        FJ_TRY(add(v, arch, spec));
+        if (!all_tilings) continue;
+        for (const Tiling& t : family->candidate_tilings(arch, v.semantics)) {
+          KernelVariant c = v;
+          c.tiling = t;
+          FJ_TRY(add(c, arch, spec));
+        }
       }
     }
   }

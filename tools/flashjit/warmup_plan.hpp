@@ -19,7 +19,7 @@ struct WarmupJob {
 // it names one, and with `all_tilings` every tiling the family's autotuner may pick as well.
 // Duplicates are dropped, order is kept. Every job passes check_variant(); the first that does
 // not is an error naming the spec's origin and the arch.
-Result<std::vector<WarmupJob>> plan_warmup(const Engine& engine, const std::vector<VariantSpec>& specs,
+Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs,
                                            const std::vector<Arch>& archs, bool all_tilings);
 
 }  // namespace flashjit::tools

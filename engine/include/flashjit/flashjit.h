@@ -13,7 +13,8 @@
 extern "C" {
 #endif
 
-#define FLASHJIT_ABI_VERSION 1
+/* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible). */
+#define FLASHJIT_ABI_VERSION 2
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -58,6 +59,51 @@ typedef struct flashjit_attention_args {
   int32_t reserved;        /* must be 0 */
 } flashjit_attention_args;
 
+/* ---- Version 2: every attention option, in a struct that can grow. ---- */
+
+/* A ragged batch packed along the sequence axis: q, k, v, o are [1, total, heads, dim] and
+ * sequence i owns rows [cu[i], cu[i + 1]). The prefix sums stay on the device. */
+typedef struct flashjit_varlen {
+  const int32_t* cu_seqlens_q; /* [batch + 1], device, non-decreasing from 0 */
+  const int32_t* cu_seqlens_k; /* [batch + 1], device */
+  int64_t batch;               /* sequences */
+  int64_t max_seqlen_q;        /* at least every sequence's length */
+  int64_t max_seqlen_k;
+} flashjit_varlen;
+
+/* Sliding window, bottom-right aligned: query i sees keys i + Sk - Sq - left .. i + Sk - Sq + right. */
+typedef struct flashjit_window {
+  int64_t left;  /* -1: unbounded */
+  int64_t right; /* -1: unbounded; 0 or -1 with a causal mask */
+} flashjit_window;
+
+/* ALiBi: -slope * |i + Sk - Sq - j| joins each score. */
+typedef struct flashjit_alibi {
+  const float* slopes;  /* device fp32, [heads_q] or [batch, heads_q] rows */
+  int64_t batch_stride; /* elements between batches' rows; 0: one row for every batch */
+} flashjit_alibi;
+
+/* Starts with its own size, so fields can be appended without breaking callers built against
+ * an older header: set struct_size = sizeof(flashjit_attention_args_v2) and abi_version =
+ * FLASHJIT_ABI_VERSION, and zero everything you do not use (NULL and 0 mean "none" or
+ * "default" for every field). A library older than the caller's header accepts the struct as
+ * long as the fields it does not know are zero. */
+typedef struct flashjit_attention_args_v2 {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  flashjit_tensor q, k, v, o;
+  const flashjit_lse* lse;        /* NULL: no log-sum-exp output */
+  int32_t mask;                   /* flashjit_mask */
+  int32_t fp32_math;              /* flashjit_fp32_math, fp32 inputs only */
+  float softmax_scale;            /* 0: 1/sqrt(head_dim_qk) */
+  float softcap;                  /* 0: none; else > 0: scores become softcap * tanh(score / softcap) */
+  const flashjit_varlen* varlen;  /* NULL: none */
+  const flashjit_window* window;  /* NULL: none */
+  const flashjit_alibi* alibi;    /* NULL: none */
+  const float* sinks;             /* NULL: none; else device fp32 [heads_q] logits joining each
+                                     row's softmax denominator */
+} flashjit_attention_args_v2;
+
 /* sizeof(flashjit_attention_args) as compiled into the library, for bindings to check. */
 uint64_t flashjit_args_size(void);
 int flashjit_abi_version(void);
@@ -77,6 +123,13 @@ flashjit_status flashjit_forward(flashjit_engine* engine, const flashjit_attenti
  * Writes the variant's readable name into name_out (if not NULL, truncated to name_cap). */
 flashjit_status flashjit_precompile(flashjit_engine* engine, const flashjit_attention_args* args,
                                     const char* arch, char* name_out, uint64_t name_cap);
+
+/* Version 2 of flashjit_forward and flashjit_precompile. */
+flashjit_status flashjit_forward_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, void* stream);
+flashjit_status flashjit_precompile_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args,
+                                       const char* arch, char* name_out, uint64_t name_cap);
+/* sizeof(flashjit_attention_args_v2) as compiled into the library. */
+uint64_t flashjit_args_v2_size(void);
 
 #ifdef __cplusplus
 }

@@ -43,13 +43,45 @@ struct LseView {
   static LseView contiguous(float* data, std::int64_t b, std::int64_t h, std::int64_t s);
 };
 
+// A ragged batch packed along the sequence axis (FlashAttention's varlen): q, k, v and o are
+// [1, total tokens, heads, head_dim] views and sequence i owns rows [cu[i], cu[i + 1]). The
+// prefix sums live on the device (never read by the host); rows past max_seqlen_q of a
+// sequence are not computed, so the max lengths must hold every sequence's length.
+struct Varlen {
+  const std::int32_t* cu_seqlens_q = nullptr;  // [batch + 1], device, cu[0] = 0, non-decreasing
+  const std::int32_t* cu_seqlens_k = nullptr;  // [batch + 1], device
+  std::int64_t batch = 0;                      // number of sequences
+  std::int64_t max_seqlen_q = 0;
+  std::int64_t max_seqlen_k = 0;
+};
+
+// Sliding window, aligned to the bottom right like the causal mask: query i of a sequence with
+// Sq queries and Sk keys sees keys j with i + Sk - Sq - left <= j <= i + Sk - Sq + right.
+struct Window {
+  static constexpr std::int64_t kUnbounded = -1;
+  std::int64_t left = kUnbounded;   // keys before the diagonal a row sees; -1: all
+  std::int64_t right = kUnbounded;  // keys after the diagonal; -1: all (0 with a causal mask)
+};
+
+// ALiBi: -slope * |i + Sk - Sq - j| joins each score (after the softcap), slope per query head.
+struct Alibi {
+  const float* slopes = nullptr;  // fp32 on the device: [heads_q], or [batch, heads_q] rows
+  std::int64_t batch_stride = 0;  // elements between batches' rows; 0: one row for all
+};
+
 struct AttentionArgs {
   TensorView q, k, v;
   TensorView o;                        // written; same dtype as q
-  std::optional<LseView> lse;          // written when present
+  std::optional<LseView> lse;          // written when present (with sinks, includes the sink)
   Mask mask = Mask::none;              // causal aligns to the bottom right when Sq != Sk
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim_qk); must be finite and > 0
   Fp32Math fp32_math = Fp32Math::exact;
+  std::optional<Varlen> varlen;        // ragged batch; lse is then [1, heads_q, total_q]
+  std::optional<Window> window;        // unbounded on both sides is the same as none
+  std::optional<float> softcap;        // scores become cap * tanh(scale * q.k / cap); cap > 0
+  std::optional<Alibi> alibi;
+  const float* sinks = nullptr;        // fp32 on the device, [heads_q]: a logit per head that
+                                       // joins each row's softmax denominator (GPT-OSS)
 };
 
 // How the engine picks a tiling for a problem it has not seen (FLASHJIT_TUNE overrides the default):
@@ -110,6 +142,13 @@ struct CompileReport {
   std::string nvrtc_log;
 };
 
+// Which kernel runs a call, and why that family: the first by priority that serves the
+// arch, semantics and shape, after the reasons each one before it gave.
+struct PlanReport {
+  KernelVariant variant;
+  std::string why;
+};
+
 // Counters of the in-memory module cache.
 struct EngineStats {
   std::uint64_t launches = 0;
@@ -118,6 +157,8 @@ struct EngineStats {
   std::uint64_t compiles = 0;      // NVRTC compilations
   std::uint64_t plan_hits = 0;     // calls served from the in-memory plan cache
   std::uint64_t tunes = 0;         // buckets tuned at run time
+  std::uint64_t workspace_buffers = 0;  // device workspaces held (one per stream that needed one)
+  std::uint64_t workspace_bytes = 0;
   double compile_ms = 0;
 };
 
@@ -134,15 +175,16 @@ class Engine {
   // written. Compiles the variant on first use in this context; later calls only launch.
   Status forward(const AttentionArgs& args, CUstream stream = nullptr);
 
-  // forward() with an explicit tiling instead of the engine's choice (benchmarks, tuning).
+  // forward() with an explicit tiling instead of the engine's choice (benchmarks, tuning): runs
+  // the tiling's family (see parse_tiling), which must serve the problem.
   Status forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream = nullptr);
 
   // Tunes one bucket on the current context's GPU and stores the result (the offline tuner).
   Result<TuneReport> tune(const TuneRequest& request);
 
-  // The variant forward() would run for these arguments on this arch (no GPU needed; the
-  // default tiling, since tuned results belong to a device).
-  Result<KernelVariant> plan(const AttentionArgs& args, const std::string& arch) const;
+  // The variant forward() would run for these arguments on this arch, and why its family (no
+  // GPU needed; the default tiling, since tuned results belong to a device).
+  Result<PlanReport> plan(const AttentionArgs& args, const std::string& arch) const;
 
   // Specializes and compiles a variant for a named arch without a GPU.
   Result<CompileReport> compile(const KernelVariant& variant, const std::string& arch) const;
@@ -158,6 +200,12 @@ class Engine {
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// A family's tiling from its readable name: parse_tiling("fa2_sm80", "m128n64w4s2").
+Result<Tiling> parse_tiling(const std::string& family, const std::string& text);
+
+// The names of every kernel family, in the priority order the engine tries them.
+std::vector<std::string> kernel_family_names();
 
 // The library's version and the NVRTC version it loads (empty when NVRTC is missing).
 std::string version();

@@ -1,13 +1,19 @@
 // A kernel variant is two values kept apart:
-//   Semantics: what changes results (dtype, head dims, mask, GQA, LSE output, fp32 math) plus the
-//              access width the problem's alignment dictates; the autotuner never varies it.
-//   Tiling:    what only changes speed (BLOCK_M, BLOCK_N, warps, stages); the autotuner's space.
-// The same values name the kernel, render its compile-time constants and key every cache.
+//   Semantics: what changes results (dtype, head dims, masks, GQA, varlen, ...) plus the access
+//              width the problem's alignment dictates; the autotuner never varies it.
+//   Tiling:    what only changes speed (tile sizes, warps, stages, ...), with knobs each kernel
+//              family declares for itself; the autotuner's space.
+// Both are declared once (the field list below, each family's knob table); the same values name
+// the kernel, render its compile-time constants, key every cache and read and write JSON.
 #pragma once
 
+#include <array>
+#include <initializer_list>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "flashjit/status.hpp"
 
@@ -20,35 +26,109 @@ enum class Fp32Math : int { exact = 0, tf32 = 1 };
 const char* dtype_name(DType);
 std::size_t dtype_size(DType);
 const char* mask_name(Mask);
+const char* fp32_math_name(Fp32Math);
 
 // Largest head dim a variant may have (two 128-wide halves of shared memory on sm_80).
 constexpr int kMaxHeadDim = 256;
 
+// How a semantics field shows in a variant's readable name.
+enum class NameStyle {
+  always,  // always: "f16", "dqk128"
+  if_set,  // only when not the default: "causal", "lse", "tf32"
+};
+
+// Every field that changes results, declared once:
+//   X(type, field, default, kernel constant, name tag, name style, why)
+// Equality, the readable name, the content hash, the rendered constants and JSON all come from
+// this list (base/variant.cpp, base/variant_json.cpp); a new field is one new row.
+#define FLASHJIT_SEMANTICS_FIELDS(X)                                                                   \
+  X(DType, dtype, DType::f16, "kDtype", "", always, "Q, K, V and O share it; accumulation is fp32")     \
+  X(Fp32Math, fp32_math, Fp32Math::exact, "kFp32Math", "", if_set,                                     \
+    "fp32 inputs only: exact (3xTF32 split) or tf32")                                                  \
+  X(int, head_dim_qk, 128, "kHeadDimQK", "dqk", always, "head dim of Q and K")                          \
+  X(int, head_dim_v, 128, "kHeadDimV", "dv", always, "head dim of V and O")                             \
+  X(Mask, mask, Mask::none, "kMask", "", if_set, "causal aligns to the bottom right when Sq != Sk")     \
+  X(bool, gqa, false, "kGqa", "gqa", if_set, "Hq != Hkv: query heads share key/value heads")            \
+  X(bool, write_lse, false, "kWriteLse", "lse", if_set, "also write the fp32 natural-log LSE per row")  \
+  X(bool, varlen, false, "kVarlen", "varlen", if_set,                                                  \
+    "ragged batch packed along the sequence axis, bounded by cu_seqlens on the device")                \
+  X(bool, window, false, "kWindow", "window", if_set,                                                  \
+    "sliding window: query i sees keys [i + Sk - Sq - left, i + Sk - Sq + right]")                     \
+  X(bool, softcap, false, "kSoftcap", "softcap", if_set, "scores become cap * tanh(score / cap)")       \
+  X(bool, alibi, false, "kAlibi", "alibi", if_set, "adds -slope * |i + Sk - Sq - j| per head")          \
+  X(bool, sinks, false, "kSinks", "sinks", if_set,                                                     \
+    "a per-head logit that joins the softmax denominator and nothing else")                            \
+  X(int, vec, 8, "kVec", "vec", always, "elements per global access (1, 2, 4, 8); 1 allows a strided head dim")
+
+// Describes one semantics field to generic code (names, hashes, JSON).
+struct SemanticsField {
+  const char* name;      // "head_dim_qk": the C++ member and the JSON key
+  const char* constant;  // "kHeadDimQK": the kernel's compile-time constant
+  const char* tag;       // "dqk": prefix in readable names ("" for enums, which show their name)
+  NameStyle style;
+  const char* why;
+};
+
 struct Semantics {
-  DType dtype = DType::f16;             // Q, K, V and O share it; accumulation is fp32
-  Fp32Math fp32_math = Fp32Math::exact; // fp32 inputs only: exact (3xTF32) or tf32
-  int head_dim_qk = 128;
-  int head_dim_v = 128;
-  Mask mask = Mask::none;
-  bool gqa = false;        // Hq != Hkv: query heads share key/value heads
-  bool write_lse = false;  // also write the fp32 natural-log log-sum-exp per row
-  int vec = 8;             // elements per global access (1, 2, 4, 8); 1 also allows a strided head dim
+#define FJ_SEMANTICS_MEMBER(type, field, def, constant, tag, style, why) type field = def;
+  FLASHJIT_SEMANTICS_FIELDS(FJ_SEMANTICS_MEMBER)
+#undef FJ_SEMANTICS_MEMBER
 
   bool operator==(const Semantics& o) const;
   bool operator!=(const Semantics& o) const { return !(*this == o); }
-  std::string name() const;  // readable, e.g. "f16-d128-causal-lse-v8"
-  Status check() const;      // ranges and combinations a kernel can be built for
+  std::string name() const;       // readable, e.g. "f16-dqk128-dv128-causal-lse-vec8"
+  Status check() const;           // ranges and combinations a kernel can be built for
+  std::size_t fast_hash() const;  // for in-memory maps on the dispatch path
+
+  // Calls f(const SemanticsField&, value) for every field, in declaration order; the mutable
+  // overload passes each field by reference (parsers).
+  template <class F> void visit(F&& f) const;
+  template <class F> void visit(F&& f);
 };
 
-struct Tiling {
-  int block_m = 128;
-  int block_n = 64;
-  int warps = 4;
-  int stages = 2;
+template <class F> void Semantics::visit(F&& f) const {
+#define FJ_SEMANTICS_VISIT(type, field, def, constant, tag, style, why) \
+  f(SemanticsField{#field, constant, tag, NameStyle::style, why}, field);
+  FLASHJIT_SEMANTICS_FIELDS(FJ_SEMANTICS_VISIT)
+}
+template <class F> void Semantics::visit(F&& f) {
+  FLASHJIT_SEMANTICS_FIELDS(FJ_SEMANTICS_VISIT)
+#undef FJ_SEMANTICS_VISIT
+}
 
+// One speed-only knob of a kernel family.
+struct Knob {
+  const char* name;      // "block_m": the JSON key of tuning results
+  const char* tag;       // "m": its prefix in names such as m128n64w4s2 (letters only)
+  const char* constant;  // "kBlockM": the kernel's compile-time constant
+  const char* why;       // what it trades
+};
+
+// A family's speed-only knobs, declared once in the family's own file, in the order its
+// tilings list them.
+struct KnobTable {
+  const char* family;
+  std::vector<Knob> knobs;
+  int index(std::string_view knob_name) const;  // -1 when absent
+};
+
+// Values of a family's knobs, in its table's order. A default-constructed Tiling has no table.
+struct Tiling {
+  static constexpr int kMaxKnobs = 8;
+  const KnobTable* table = nullptr;
+  std::array<int, kMaxKnobs> values{};
+
+  Tiling() = default;
+  Tiling(const KnobTable& t, std::initializer_list<int> v);
+
+  int size() const { return table ? int(table->knobs.size()) : 0; }
+  int operator[](int i) const { return values[std::size_t(i)]; }
+  int& operator[](int i) { return values[std::size_t(i)]; }
   bool operator==(const Tiling& o) const;
   bool operator!=(const Tiling& o) const { return !(*this == o); }
-  std::string name() const;  // "m128n64w4s2"
+  std::string name() const;  // tags and values: "m128n64w4s2"
+  // Reads a name() back ("m128n64w4s2"): every knob of `table`, in order, exactly once.
+  static Result<Tiling> parse(const KnobTable& table, std::string_view text);
 };
 
 struct KernelVariant {

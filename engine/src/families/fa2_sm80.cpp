@@ -1,40 +1,54 @@
-// Host side of the fa2_sm80 family (templates/fa2_sm80/): tile rules and defaults.
+// Host side of the fa2_sm80 family (templates/fa2_sm80/): knobs, tile rules, defaults and the
+// launch plan (one kernel: a CTA per BLOCK_M query rows of one head of one sequence).
 #include <algorithm>
 
+#include "attention_params.hpp"
 #include "kernel_family.hpp"
 #include "templates/fa2_sm80/layout.cuh"
 
 namespace flashjit {
 namespace {
 
-constexpr int kMmaRows = 16;  // rows of one mma tile: each warp owns a multiple of it
-constexpr int kMaxWarps = 8;  // 256 threads keep 255 registers a thread available
+// The speed-only knobs, declared once: names, tuning-result JSON and kernel constants.
+enum Fa2Knob { kBlockM, kBlockN, kWarps, kStages };
+const KnobTable kKnobs{"fa2_sm80",
+                       {{"block_m", "m", "kBlockM", "query rows per CTA: more reuse of each K/V tile, fewer CTAs"},
+                        {"block_n", "n", "kBlockN", "keys per K/V tile: longer mma runs, more registers for scores"},
+                        {"warps", "w", "kWarps", "warps per CTA, splitting its query rows"},
+                        {"stages", "s", "kStages", "K/V tiles in flight: hides load latency, costs shared memory"}}};
+
+constexpr int kMmaRows = 16;    // rows of one mma tile: each warp owns a multiple of it
+constexpr int kMaxWarps = 8;    // 256 threads keep 255 registers a thread available
+constexpr int kPriority = 100;  // the portable fallback: every faster family goes first
 
 class Fa2Sm80 final : public KernelFamily {
  public:
-  const char* name() const override { return "fa2_sm80"; }
+  const char* name() const override { return kKnobs.family; }
+  const KnobTable& knobs() const override { return kKnobs; }
   const char* entry_template() const override { return "fa2_sm80/forward.cu"; }
+  int priority() const override { return kPriority; }
 
-  bool supports(const Arch& arch, const Semantics& s) const override {
-    return arch.major >= 8 && s.check().ok();
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+    if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+    if (!s.check().ok()) return "the semantics are out of range";
+    return nullptr;
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
-    auto bad = [&](const std::string& rule) {
-      return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule);
-    };
-    if (t.warps < 1 || t.warps > kMaxWarps) return bad("warps must be in [1, 8]");
-    if (t.block_m < kMmaRows || t.block_m % (kMmaRows * t.warps))
+    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
+    if (t.table != &kKnobs) return bad("is not a fa2_sm80 tiling");
+    if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return bad("warps must be in [1, 8]");
+    if (t[kBlockM] < kMmaRows || t[kBlockM] % (kMmaRows * t[kWarps]))
       return bad("BLOCK_M must be a multiple of 16 x warps");
-    if (t.block_m > 256) return bad("BLOCK_M must be at most 256");
-    if (t.block_n < 16 || t.block_n > 256 || t.block_n % 16) return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
-    if (t.stages < 2 || t.stages > 4) return bad("stages must be in [2, 4]");
+    if (t[kBlockM] > 256) return bad("BLOCK_M must be at most 256");
+    if (t[kBlockN] < 16 || t[kBlockN] > 256 || t[kBlockN] % 16) return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
+    if (t[kStages] < 2 || t[kStages] > 4) return bad("stages must be in [2, 4]");
     return {};
   }
 
-  int smem_bytes(const Semantics& s, const Tiling& t) const override {
-    return fj_layout::fa2_layout(int(dtype_size(s.dtype)), s.head_dim_qk, s.head_dim_v, t.block_m,
-                                 t.block_n, t.stages)
+  static int smem_bytes(const Semantics& s, const Tiling& t) {
+    return fj_layout::fa2_layout(int(dtype_size(s.dtype)), s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN],
+                                 t[kStages])
         .smem_bytes;
   }
 
@@ -43,19 +57,19 @@ class Fa2Sm80 final : public KernelFamily {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     Tiling t;
     if (s.dtype == DType::f32) {
-      t = {64, d <= 128 ? 32 : 16, 4, 2};
+      t = Tiling(kKnobs, {64, d <= 128 ? 32 : 16, 4, 2});
     } else if (d <= 64) {
       // H200, D=64, S=4096: 339 TFLOP/s non-causal and 306 causal, against 270 / 247 for 128x64.
-      t = {128, 128, 4, 2};
+      t = Tiling(kKnobs, {128, 128, 4, 2});
     } else if (d <= 128) {
       // H200, D=128, S=4096: the best of 34 candidates both causal (286) and not (327).
-      t = {128, 64, 4, 2};
+      t = Tiling(kKnobs, {128, 64, 4, 2});
     } else {
-      t = {128, 64, 8, 2};
+      t = Tiling(kKnobs, {128, 64, 8, 2});
     }
     // Shrink until it fits the arch: halve BLOCK_N, then BLOCK_M.
-    while (smem_bytes(s, t) > arch_smem_limit(arch) && t.block_n > 16) t.block_n /= 2;
-    while (smem_bytes(s, t) > arch_smem_limit(arch) && t.block_m > 16 * t.warps) t.block_m /= 2;
+    while (smem_bytes(s, t) > arch_smem_limit(arch) && t[kBlockN] > 16) t[kBlockN] /= 2;
+    while (smem_bytes(s, t) > arch_smem_limit(arch) && t[kBlockM] > 16 * t[kWarps]) t[kBlockM] /= 2;
     return t;
   }
 
@@ -67,20 +81,27 @@ class Fa2Sm80 final : public KernelFamily {
       for (int bn : {32, 48, 64, 96, 128})
         for (int w : {4, 8})
           for (int st : {2, 3}) {
-            const Tiling t{bm, bn, w, st};
+            const Tiling t(kKnobs, {bm, bn, w, st});
             if (check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch)) out.push_back(t);
           }
     return out;
   }
 
-  LaunchGrid grid(const ProblemShape& p, const Semantics& s, const Tiling& t) const override {
-    LaunchGrid g;
-    g.x = unsigned((p.seqlen_q + t.block_m - 1) / t.block_m);
-    g.y = unsigned(p.heads_q);
-    g.z = unsigned(p.batch);
-    g.threads = unsigned(t.warps * 32);
-    g.smem_bytes = unsigned(smem_bytes(s, t));
-    return g;
+  std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
+    return {{"flashjit_fa2_fwd", smem_bytes(v.semantics, v.tiling)}};
+  }
+
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, CUdeviceptr,
+              LaunchPlan& out) const override {
+    const Tiling& t = v.tiling;
+    KernelLaunch& k = out.add();
+    k.entry = 0;
+    k.grid = {unsigned((p.shape.seqlen_q + t[kBlockM] - 1) / t[kBlockM]), unsigned(p.shape.heads_q),
+              unsigned(p.shape.batch)};
+    k.block = {unsigned(t[kWarps] * 32), 1, 1};
+    k.smem_bytes = unsigned(smem_bytes(v.semantics, t));
+    k.params.set(attention_params(p));
+    return {};
   }
 };
 

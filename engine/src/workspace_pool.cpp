@@ -1,0 +1,55 @@
+#include "workspace_pool.hpp"
+
+namespace flashjit {
+namespace {
+
+// Buffers grow to the next multiple of this, so a slowly growing problem does not reallocate
+// (and synchronize its stream) on every call.
+constexpr std::size_t kGranule = std::size_t(1) << 20;
+
+}  // namespace
+
+WorkspacePool::~WorkspacePool() {
+  for (auto& [key, b] : buffers_)
+    if (b.ptr) device_.free(b.ptr);
+}
+
+Result<CUdeviceptr> WorkspacePool::get(CUcontext ctx, CUstream stream, std::size_t bytes) {
+  std::lock_guard lock(mu_);
+  Buffer& b = buffers_[{ctx, stream}];
+  if (b.bytes >= bytes && b.ptr) return b.ptr;
+  auto capturing = device_.capturing(stream);
+  if (!capturing.ok()) return std::move(capturing).error();
+  if (capturing.value())
+    return Error(Code::invalid_argument,
+                 "this call needs " + std::to_string(bytes) + " bytes of workspace on a stream that is being captured "
+                 "into a CUDA graph, and flashjit never allocates during a capture: run the same call once on this "
+                 "stream before capturing (the workspace is then reused)");
+  if (b.ptr) {
+    // Kernels queued on this stream may still read the old buffer.
+    FJ_TRY(device_.synchronize(stream));
+    device_.free(b.ptr);
+    b = {};
+  }
+  const std::size_t grown = (bytes + kGranule - 1) / kGranule * kGranule;
+  auto ptr = device_.allocate(grown);
+  if (!ptr.ok()) return std::move(ptr).error().with("workspace_bytes", std::to_string(grown));
+  b = {ptr.value(), grown};
+  return b.ptr;
+}
+
+std::size_t WorkspacePool::buffers() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [key, b] : buffers_) n += b.ptr != 0;
+  return n;
+}
+
+std::size_t WorkspacePool::bytes_held() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto& [key, b] : buffers_) n += b.bytes;
+  return n;
+}
+
+}  // namespace flashjit

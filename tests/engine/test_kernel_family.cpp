@@ -1,0 +1,89 @@
+// The family registry and fa2_sm80's rules: choice by priority with reasons, knobs, tile rules,
+// shared-memory pruning, the rendered source, the embedded templates.
+#include <doctest/doctest.h>
+
+#include "kernel_family.hpp"
+#include "kernel_source.hpp"
+#include "template_store.hpp"
+
+using namespace flashjit;
+
+namespace {
+bool has(const std::string& s, const char* text) { return s.find(text) != std::string::npos; }
+Tiling fa2(std::initializer_list<int> v) { return Tiling(find_family("fa2_sm80")->knobs(), v); }
+}  // namespace
+
+TEST_CASE("families are registered in priority order, each with a knob table of its own name") {
+  const auto& all = kernel_families();
+  REQUIRE(!all.empty());
+  for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1]->priority() <= all[i]->priority());
+  for (const auto* f : all) {
+    CHECK(std::string(f->knobs().family) == f->name());
+    CHECK(family_knobs(f->name()) == &f->knobs());
+    CHECK(f->knobs().knobs.size() <= std::size_t(Tiling::kMaxKnobs));
+  }
+  CHECK(family_knobs("no_such_family") == nullptr);
+}
+
+TEST_CASE("the family choice says which family runs and why the others did not") {
+  const Semantics s;
+  const ProblemShape shape{2, 4096, 4096, 16, 16};
+  auto c = choose_family(Arch::parse("sm_90a").value(), s, &shape);
+  REQUIRE(c.ok());
+  CHECK(c->family == pick_family(Arch::parse("sm_90a").value(), s, &shape));
+  CHECK(has(c->why, c->family->name()));
+  CHECK(has(c->why, "priority"));
+  auto none = choose_family(Arch::parse("sm_75").value(), s, &shape);
+  REQUIRE(!none.ok());
+  CHECK(has(none.error().message(), "fa2_sm80 refused: needs sm_80 or newer"));
+  CHECK(families_for(Arch::parse("sm_75").value(), s).empty());
+}
+
+TEST_CASE("rendering puts every semantics field and every knob into the source") {
+  KernelVariant v{"fa2_sm80", {}, fa2({64, 32, 4, 3})};
+  v.semantics.dtype = DType::bf16;
+  v.semantics.head_dim_qk = 200;
+  v.semantics.head_dim_v = 72;
+  v.semantics.window = true;
+  const std::string src = render_source(*find_family("fa2_sm80"), v);
+  for (const char* want : {"kDtype = 1;  // bf16", "kHeadDimQK = 200", "kHeadDimV = 72", "kMask = 0;  // none",
+                           "kWindow = true", "kSinks = false", "kVarlen = false", "kBlockM = 64", "kBlockN = 32",
+                           "kWarps = 4", "kStages = 3", "#include \"fa2_sm80/forward.cu\""})
+    CHECK_MESSAGE(has(src, want), want);
+  CHECK(has(src, v.name().c_str()));
+}
+
+TEST_CASE("templates are embedded and hashed") {
+  const auto& store = TemplateStore::instance();
+  CHECK(store.find("fa2_sm80/forward.cu") != nullptr);
+  CHECK(store.find("common/ptx.cuh") != nullptr);
+  CHECK(store.find("common/attention_params.cuh") != nullptr);
+  CHECK(store.find("no/such.cuh") == nullptr);
+  CHECK(store.content_hash().size() == 32);
+}
+
+TEST_CASE("fa2_sm80 tiling rules and shared-memory pruning") {
+  const KernelFamily* f = find_family("fa2_sm80");
+  REQUIRE(f);
+  Semantics s;
+  CHECK(f->check_tiling(s, fa2({128, 64, 4, 2})).ok());
+  CHECK_FALSE(f->check_tiling(s, fa2({128, 64, 16, 2})).ok());  // too many warps
+  CHECK_FALSE(f->check_tiling(s, fa2({48, 64, 4, 2})).ok());    // 48 rows over 4 warps
+  CHECK_FALSE(f->check_tiling(s, fa2({128, 40, 4, 2})).ok());   // BLOCK_N not a multiple of 16
+  CHECK_FALSE(f->check_tiling(s, fa2({128, 64, 4, 1})).ok());   // needs a second stage
+  const KnobTable foreign{"other", f->knobs().knobs};
+  CHECK_FALSE(f->check_tiling(s, Tiling(foreign, {128, 64, 4, 2})).ok());
+  s.head_dim_qk = s.head_dim_v = 256;
+  const Arch sm86 = Arch::parse("sm_86").value();
+  const Arch sm90 = Arch::parse("sm_90a").value();
+  for (const Tiling& t : f->candidate_tilings(sm86, s))
+    CHECK(variant_smem_bytes({f->name(), s, t}) <= arch_smem_limit(sm86));
+  CHECK(f->candidate_tilings(sm90, s).size() > f->candidate_tilings(sm86, s).size());
+  for (const Arch& a : {sm86, sm90}) {
+    const Tiling t = f->default_tiling(a, s);
+    CHECK(f->check_tiling(s, t).ok());
+    CHECK(check_variant({f->name(), s, t}, a).ok());
+  }
+  CHECK(has(check_variant({f->name(), s, fa2({256, 256, 8, 4})}, sm86).error().message(), "shared memory"));
+  CHECK(has(check_variant({"nope", s, fa2({128, 64, 4, 2})}, sm86).error().message(), "unknown kernel family"));
+}
