@@ -4,6 +4,13 @@
     lib = fj.load("build/libflashjit.so")
     o = torch.empty_like(q)
     fj.forward(lib, q, k, v, o, causal=True)   # q, k, v, o: [B, S, H, D] views (any strides)
+
+    # A ragged batch packed along the sequence axis ([1, total, H, D]), sliding window, softcap,
+    # ALiBi, sinks: the options of flashjit_attention_args_v2.
+    fj.forward(lib, q, k, v, o, causal=True, varlen=(cu_q, cu_k, max_q, max_k), window=(1024, 0))
+
+Calls go through flashjit_forward_v2 (ABI version 2). Against an older library (ABI 1) the v1
+entry point is used, and only the options it has are accepted.
 """
 import ctypes
 import os
@@ -19,11 +26,35 @@ class Lse(ctypes.Structure):
 
 
 class Args(ctypes.Structure):
+    """flashjit_attention_args (ABI version 1)."""
     _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", ctypes.POINTER(Lse)),
                 ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
                 ("reserved", ctypes.c_int32)]
 
 
+class Varlen(ctypes.Structure):
+    _fields_ = [("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("batch", ctypes.c_int64),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64)]
+
+
+class Window(ctypes.Structure):
+    _fields_ = [("left", ctypes.c_int64), ("right", ctypes.c_int64)]
+
+
+class Alibi(ctypes.Structure):
+    _fields_ = [("slopes", ctypes.c_void_p), ("batch_stride", ctypes.c_int64)]
+
+
+class ArgsV2(ctypes.Structure):
+    """flashjit_attention_args_v2: starts with its own size, so the library can grow it."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32),
+                ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", ctypes.POINTER(Lse)),
+                ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
+                ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
+                ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p)]
+
+
+ABI_VERSION = 2
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
 
 
@@ -43,6 +74,13 @@ def load(path=None):
     if lib.flashjit_args_size() != ctypes.sizeof(Args):
         raise FlashjitError("flashjit_attention_args layout mismatch: library %d bytes, binding %d"
                             % (lib.flashjit_args_size(), ctypes.sizeof(Args)))
+    lib.abi = lib.flashjit_abi_version()
+    if lib.abi >= 2:
+        lib.flashjit_forward_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(ArgsV2), ctypes.c_void_p]
+        lib.flashjit_args_v2_size.restype = ctypes.c_uint64
+        if lib.flashjit_args_v2_size() < ctypes.sizeof(ArgsV2):
+            raise FlashjitError("flashjit_attention_args_v2 is %d bytes in the library, %d here: update the library"
+                                % (lib.flashjit_args_v2_size(), ctypes.sizeof(ArgsV2)))
     engine = ctypes.c_void_p()
     if lib.flashjit_engine_create(ctypes.byref(engine)) != 0:
         raise FlashjitError(lib.flashjit_last_error().decode())
@@ -63,28 +101,84 @@ def tensor(t):
     return x
 
 
+def _lse(lse):
+    l = Lse()
+    l.data = lse.data_ptr()
+    for i in range(3):
+        l.shape[i] = lse.shape[i]
+        l.stride[i] = lse.stride(i)
+    return l
+
+
 def make_args(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False):
+    """Version 1 arguments (no varlen, window, softcap, ALiBi or sinks)."""
     a = Args(tensor(q), tensor(k), tensor(v), tensor(o))
     a.mask = 1 if causal else 0
     a.fp32_math = 1 if tf32 else 0
     a.softmax_scale = scale
     if lse is not None:  # [B, Hq, Sq] float32
-        l = Lse()
-        l.data = lse.data_ptr()
-        for i in range(3):
-            l.shape[i] = lse.shape[i]
-            l.stride[i] = lse.stride(i)
-        a._lse_keepalive = l
-        a.lse = ctypes.pointer(l)
+        a._keep = _lse(lse)
+        a.lse = ctypes.pointer(a._keep)
+    return a
+
+
+def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varlen=None, window=None,
+                 softcap=0.0, alibi_slopes=None, sinks=None):
+    """Version 2 arguments.
+
+    varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
+                  batch + 1 prefix sums; q, k, v, o are then [1, total, H, D]
+    window:       (left, right) keys before / after the diagonal, -1 for unbounded
+    softcap:      > 0: scores become softcap * tanh(score / softcap)
+    alibi_slopes: float32 device tensor [Hq] or [B, Hq]
+    sinks:        float32 device tensor [Hq] of logits joining each row's softmax denominator
+    """
+    a = ArgsV2()
+    a.struct_size = ctypes.sizeof(ArgsV2)
+    a.abi_version = ABI_VERSION
+    a.q, a.k, a.v, a.o = tensor(q), tensor(k), tensor(v), tensor(o)
+    a.mask = 1 if causal else 0
+    a.fp32_math = 1 if tf32 else 0
+    a.softmax_scale = scale
+    a.softcap = softcap
+    keep = []
+    if lse is not None:
+        keep.append(_lse(lse))
+        a.lse = ctypes.pointer(keep[-1])
+    if varlen is not None:
+        cu_q, cu_k, max_q, max_k = varlen
+        keep.append(Varlen(cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1, max_q, max_k))
+        a.varlen = ctypes.pointer(keep[-1])
+    if window is not None:
+        keep.append(Window(window[0], window[1]))
+        a.window = ctypes.pointer(keep[-1])
+    if alibi_slopes is not None:
+        keep.append(Alibi(alibi_slopes.data_ptr(), alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0))
+        a.alibi = ctypes.pointer(keep[-1])
+    if sinks is not None:
+        a.sinks = sinks.data_ptr()
+    a._keep = keep  # the structs the pointers above point at live as long as the args
     return a
 
 
 def forward_args(lib, args, stream=0):
-    if lib.flashjit_forward(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream)) != 0:
+    """Runs prepared arguments (make_args or make_args_v2): the cheapest call per step."""
+    if isinstance(args, ArgsV2):
+        rc = lib.flashjit_forward_v2(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream))
+    else:
+        rc = lib.flashjit_forward(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream))
+    if rc != 0:
         raise FlashjitError(lib.flashjit_last_error().decode())
 
 
-def forward(lib, q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, stream=None):
+def forward(lib, q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, stream=None, **v2_options):
+    """One attention call on the current PyTorch stream. v2_options: varlen, window, softcap,
+    alibi_slopes, sinks (see make_args_v2)."""
     import torch
     s = stream if stream is not None else torch.cuda.current_stream().cuda_stream
-    forward_args(lib, make_args(q, k, v, o, causal, lse, scale, tf32), s)
+    if getattr(lib, "abi", 1) >= 2:
+        forward_args(lib, make_args_v2(q, k, v, o, causal, lse, scale, tf32, **v2_options), s)
+    elif any(x is not None and x != 0.0 for x in v2_options.values()):
+        raise FlashjitError("this libflashjit (ABI 1) has no %s" % ", ".join(sorted(v2_options)))
+    else:
+        forward_args(lib, make_args(q, k, v, o, causal, lse, scale, tf32), s)

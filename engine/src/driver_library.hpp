@@ -29,7 +29,10 @@ namespace flashjit {
   X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemsetD8, 3020) X(cuMemsetD32, 3020)          \
   X(cuMemGetInfo, 3020) X(cuEventCreate, 2000) X(cuEventRecord, 2000)                           \
   X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000) X(cuEventDestroy, 4000)               \
-  X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)
+  X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)                \
+  /* graph capture: the GPU tests and benchmarks replay forward() from graphs */                 \
+  X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000) X(cuGraphInstantiateWithFlags, 11040) \
+  X(cuGraphLaunch, 10000) X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000)
 
 struct DriverLibrary {
 #define FJ_DRIVER_MEMBER(name, version) decltype(&::name) name = nullptr;

@@ -3,7 +3,11 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "common/attention_case.hpp"
 
@@ -29,17 +33,61 @@ inline double tolerance(const tools::CaseSpec& s) {
   return 0;
 }
 
+// Compiles the variants `cases` will run on every core at once, into the disk cache, so the
+// cases themselves only load them (a suite of hundreds of variants would otherwise compile one
+// at a time).
+inline void precompile(const std::vector<tools::AttentionCase>& cases) {
+  Fixture& f = Fixture::get();
+  const std::string arch = f.gpu.info().arch;
+  std::vector<KernelVariant> variants;
+  std::set<std::string> seen;
+  for (const auto& c : cases)
+    if (auto p = f.engine->plan(c.args(), arch); p.ok() && seen.insert(p->variant.name()).second)
+      variants.push_back(p->variant);
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next++) < variants.size();) (void)f.engine->compile(variants[i], arch);
+    });
+  for (auto& th : pool) th.join();
+}
+
+void check_one(const tools::AttentionCase& c);
+
 // Poisons the output, runs the engine, checks every element against the reference.
 inline void run_and_check(const tools::CaseSpec& spec) {
   Fixture& f = Fixture::get();
   INFO(spec.describe());
   auto c = tools::AttentionCase::create(f.gpu, spec);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
-  REQUIRE(c->poison().ok());
-  auto st = f.engine->forward(c->args(), nullptr);
+  check_one(c.value());
+}
+
+// run_and_check over many cases, their variants compiled in parallel first.
+inline void run_and_check_all(const std::vector<tools::CaseSpec>& specs) {
+  Fixture& f = Fixture::get();
+  std::vector<tools::AttentionCase> cases;
+  for (const auto& spec : specs) {
+    auto c = tools::AttentionCase::create(f.gpu, spec);
+    REQUIRE_MESSAGE(c.ok(), (spec.describe() + ": " + (c.ok() ? std::string() : c.error().to_string())));
+    cases.push_back(std::move(c).value());
+  }
+  precompile(cases);
+  for (const auto& c : cases) {
+    INFO(c.spec().describe());
+    check_one(c);
+  }
+}
+
+inline void check_one(const tools::AttentionCase& c) {
+  Fixture& f = Fixture::get();
+  const tools::CaseSpec& spec = c.spec();
+  REQUIRE(c.poison().ok());
+  auto st = f.engine->forward(c.args(), nullptr);
   REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
   REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
-  auto r = c->check();
+  auto r = c.check();
   REQUIRE(r.ok());
   const double tol = tolerance(spec);
   std::printf("  %-70s rel_l2 %.2e (bound %.0e) max_abs %.2e%s\n", spec.describe().c_str(), r->rel_l2, tol, r->max_abs,

@@ -7,6 +7,7 @@
 
 using namespace flashjit;
 using flashjit::gpu_test::run_and_check;
+using flashjit::gpu_test::run_and_check_all;
 using tools::CaseSpec;
 using tools::Layout;
 
@@ -35,6 +36,7 @@ const DtypeCase kDtypes[] = {{DType::f16, Fp32Math::exact}, {DType::bf16, Fp32Ma
 }  // namespace
 
 TEST_CASE("every dtype, head dim and short sequence length, causal and not") {
+  std::vector<CaseSpec> cases;
   std::uint64_t seed = 100;
   for (const auto& dc : kDtypes)
     for (std::int64_t d : {48, 80, 96, 128, 200, 256})
@@ -43,11 +45,13 @@ TEST_CASE("every dtype, head dim and short sequence length, causal and not") {
           CaseSpec c = spec(dc.dtype, s, s, d, m, ++seed);
           c.fp32_math = dc.math;
           c.lse = (seed % 3) == 0;
-          run_and_check(c);
+          cases.push_back(c);
         }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("long sequences: S = 4096") {
+  std::vector<CaseSpec> cases;
   for (const auto& dc : kDtypes)
     for (std::int64_t d : {64, 128})
       for (Mask m : {Mask::none, Mask::causal}) {
@@ -55,53 +59,62 @@ TEST_CASE("long sequences: S = 4096") {
         c.batch = 1;
         c.fp32_math = dc.math;
         c.lse = true;
-        run_and_check(c);
+        cases.push_back(c);
       }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("GQA 8:1 and MQA") {
+  std::vector<CaseSpec> cases;
   for (DType dt : {DType::f16, DType::bf16}) {
     CaseSpec c = spec(dt, 333, 333, 128, Mask::causal, 11);
     c.heads_q = 8;
     c.heads_kv = 1;
     c.lse = true;
-    run_and_check(c);
+    cases.push_back(c);
     c.heads_q = 16;
     c.heads_kv = 2;  // 8:1 with two groups
     c.mask = Mask::none;
-    run_and_check(c);
+    cases.push_back(c);
   }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("cross attention and causal with Sq != Sk (bottom-right aligned)") {
+  std::vector<CaseSpec> cases;
   for (DType dt : {DType::f16, DType::f32}) {
     for (auto [sq, sk] : {std::pair<std::int64_t, std::int64_t>{127, 1000}, {1000, 127}, {1, 4096}, {300, 77}})
       for (Mask m : {Mask::none, Mask::causal}) {
         CaseSpec c = spec(dt, sq, sk, 64, m, 21 + sq);
         c.lse = true;  // rows that see no key: zeros and lse = -inf
-        run_and_check(c);
+        cases.push_back(c);
       }
   }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("odd and unequal head dims") {
+  std::vector<CaseSpec> cases;
   for (DType dt : {DType::f16, DType::bf16, DType::f32})
     for (auto [dq, dv] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {3, 5}, {33, 33}, {192, 128}, {64, 200}, {256, 32}}) {
       CaseSpec c = spec(dt, 257, 190, dq, Mask::causal, 31 + dq);
       c.head_dim_v = dv;
       c.lse = true;
-      run_and_check(c);
+      cases.push_back(c);
     }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("strided views: [B,H,S,D], padded and misaligned rows, strided head dim, packed QKV") {
+  std::vector<CaseSpec> cases;
   for (DType dt : {DType::f16, DType::bf16, DType::f32})
     for (Layout l : {Layout::bhsd, Layout::padded, Layout::strided_d, Layout::packed_qkv})
       for (Mask m : {Mask::none, Mask::causal}) {
         CaseSpec c = spec(dt, 200, 200, 64, m, 41);
         c.layout = l;
-        run_and_check(c);
+        cases.push_back(c);
       }
+  run_and_check_all(cases);
 }
 
 TEST_CASE("softmax scale and repeated calls compile once") {
@@ -117,9 +130,11 @@ TEST_CASE("softmax scale and repeated calls compile once") {
 }
 
 TEST_CASE("zero keys give zeros and -inf lse") {
+  std::vector<CaseSpec> cases;
   CaseSpec s = spec(DType::f16, 64, 0, 64, Mask::none, 61);
   s.lse = true;
-  run_and_check(s);
+  cases.push_back(s);
+  run_and_check_all(cases);
 }
 
 TEST_CASE("every candidate tiling the tuner may pick computes the same attention") {

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/host_float.hpp"
+#include "reference.hpp"
 
 namespace flashjit::tools {
 
@@ -25,16 +26,32 @@ const char* layout_name(Layout l) {
 std::string CaseSpec::describe() const {
   std::string s = std::string(dtype_name(dtype));
   if (dtype == DType::f32) s += fp32_math == Fp32Math::tf32 ? "/tf32" : "/exact";
-  s += " B" + std::to_string(batch) + " Sq" + std::to_string(seqlen_q) + " Sk" + std::to_string(seqlen_k) + " Hq" +
-       std::to_string(heads_q) + " Hkv" + std::to_string(heads_kv) + " D" + std::to_string(head_dim_qk);
+  if (varlen()) {
+    std::int64_t tq = 0, tk = 0;
+    for (std::size_t i = 0; i < varlen_q.size(); ++i) tq += varlen_q[i], tk += varlen_k[i];
+    s += " varlen" + std::to_string(varlen_q.size()) + " q" + std::to_string(tq) + " k" + std::to_string(tk);
+  } else {
+    s += " B" + std::to_string(batch) + " Sq" + std::to_string(seqlen_q) + " Sk" + std::to_string(seqlen_k);
+  }
+  s += " Hq" + std::to_string(heads_q) + " Hkv" + std::to_string(heads_kv) + " D" + std::to_string(head_dim_qk);
   if (head_dim_v != head_dim_qk) s += "/" + std::to_string(head_dim_v);
   s += std::string(" ") + mask_name(mask) + " " + layout_name(layout) + (lse ? " lse" : "");
+  if (window) s += " win" + std::to_string(window->left) + "," + std::to_string(window->right);
+  if (softcap) s += " cap" + std::to_string(int(*softcap));
+  if (alibi) s += alibi_per_batch ? " alibi/b" : " alibi";
+  if (sinks) s += " sinks";
+  if (softmax_scale) s += " scale" + std::to_string(*softmax_scale);
   return s;
 }
 
 double attention_flops(const CaseSpec& s) {
-  double f = 2.0 * s.batch * s.heads_q * double(s.seqlen_q) * double(s.seqlen_k) * double(s.head_dim_qk + s.head_dim_v);
-  if (s.mask == Mask::causal && s.seqlen_q == s.seqlen_k) f /= 2;
+  const double per_pair = 2.0 * s.heads_q * double(s.head_dim_qk + s.head_dim_v);
+  const double causal_share = s.mask == Mask::causal ? 0.5 : 1.0;
+  if (!s.varlen())
+    return per_pair * s.batch * double(s.seqlen_q) * double(s.seqlen_k) * (s.seqlen_q == s.seqlen_k ? causal_share : 1.0);
+  double f = 0;
+  for (std::size_t i = 0; i < s.varlen_q.size(); ++i)
+    f += per_pair * double(s.varlen_q[i]) * double(s.varlen_k[i]) * (s.varlen_q[i] == s.varlen_k[i] ? causal_share : 1.0);
   return f;
 }
 
@@ -84,71 +101,76 @@ float load(const void* base, std::int64_t idx, DType dt) {
 }
 
 constexpr std::int64_t kAlignElems = 128;  // keeps each region 256-byte aligned
+constexpr std::size_t kAlignBytes = 256;
 
 std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// One sequence's place in the tensors.
+struct SeqRows {
+  std::int64_t batch, q_start, len_q, k_start, len_k;
+};
 
 }  // namespace
 
 Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpec& s, bool keep_host) {
-  if (s.layout == Layout::packed_qkv && (s.heads_q != s.heads_kv || s.head_dim_qk != s.head_dim_v || s.seqlen_q != s.seqlen_k))
-    return Error(Code::invalid_argument, "packed_qkv needs Hq == Hkv, Sq == Sk and Dqk == Dv");
+  if (s.layout == Layout::packed_qkv && (s.heads_q != s.heads_kv || s.head_dim_qk != s.head_dim_v ||
+                                         s.seqlen_q != s.seqlen_k || s.varlen()))
+    return Error(Code::invalid_argument, "packed_qkv needs Hq == Hkv, Sq == Sk, Dqk == Dv and no varlen");
+  if (s.varlen_q.size() != s.varlen_k.size())
+    return Error(Code::invalid_argument, "varlen_q and varlen_k must list the same number of sequences");
   AttentionCase c;
   c.spec_ = s;
   c.gpu_ = &gpu;
   c.keep_host_ = keep_host;
   const DType dt = s.dtype;
   const std::size_t es = dtype_size(dt);
-  const std::int64_t B = s.batch;
+  if (s.varlen()) {
+    c.tb_ = 1;
+    c.cu_q_ = {0};
+    c.cu_k_ = {0};
+    for (std::size_t i = 0; i < s.varlen_q.size(); ++i) {
+      c.cu_q_.push_back(c.cu_q_.back() + s.varlen_q[i]);
+      c.cu_k_.push_back(c.cu_k_.back() + s.varlen_k[i]);
+    }
+    c.tsq_ = c.cu_q_.back();
+    c.tsk_ = c.cu_k_.back();
+  } else {
+    c.tb_ = s.batch, c.tsq_ = s.seqlen_q, c.tsk_ = s.seqlen_k;
+  }
+  const std::int64_t B = c.tb_;
 
   Placement pq, pk, pv, po;
   std::int64_t total = 0;
   if (s.layout == Layout::packed_qkv) {
     const std::int64_t hd = s.heads_q * s.head_dim_qk, row = 3 * hd;
-    const Placement base{{s.seqlen_q * row, row, s.head_dim_qk, 1}, 0, B * s.seqlen_q * row};
+    const Placement base{{c.tsq_ * row, row, s.head_dim_qk, 1}, 0, B * c.tsq_ * row};
     pq = base, pk = base, pv = base;
     pk.offset = hd;
     pv.offset = 2 * hd;
     total = round_up(base.extent, kAlignElems);
   } else {
-    pq = place(s.layout, B, s.seqlen_q, s.heads_q, s.head_dim_qk);
-    pk = place(s.layout, B, s.seqlen_k, s.heads_kv, s.head_dim_qk);
-    pv = place(s.layout, B, s.seqlen_k, s.heads_kv, s.head_dim_v);
-    const std::int64_t q0 = 0, k0 = round_up(pq.extent, kAlignElems), v0 = k0 + round_up(pk.extent, kAlignElems);
+    pq = place(s.layout, B, c.tsq_, s.heads_q, s.head_dim_qk);
+    pk = place(s.layout, B, c.tsk_, s.heads_kv, s.head_dim_qk);
+    pv = place(s.layout, B, c.tsk_, s.heads_kv, s.head_dim_v);
+    const std::int64_t k0 = round_up(pq.extent, kAlignElems), v0 = k0 + round_up(pk.extent, kAlignElems);
     pk.offset += k0;
     pv.offset += v0;
     total = v0 + round_up(pv.extent, kAlignElems);
-    (void)q0;
   }
-  po = place(s.layout == Layout::packed_qkv ? Layout::bshd : s.layout, B, s.seqlen_q, s.heads_q, s.head_dim_v);
+  po = place(s.layout == Layout::packed_qkv ? Layout::bshd : s.layout, B, c.tsq_, s.heads_q, s.head_dim_v);
+  const Placement* all[4] = {&pq, &pk, &pv, &po};
+  for (int t = 0; t < 4; ++t) {
+    for (int i = 0; i < 4; ++i) c.place_[t][i] = all[t]->stride[i];
+    c.place_[t][4] = all[t]->offset;
+  }
 
-  auto qkv = DeviceBuffer::allocate(gpu.driver(), std::size_t(total) * es);
+  auto qkv = DeviceBuffer::allocate(gpu.driver(), std::size_t(std::max<std::int64_t>(total, 1)) * es);
   if (!qkv.ok()) return std::move(qkv).error();
   c.qkv_ = std::move(qkv).value();
-  auto out = DeviceBuffer::allocate(gpu.driver(), std::size_t(po.extent + po.offset) * es);
+  auto out = DeviceBuffer::allocate(gpu.driver(), std::size_t(std::max<std::int64_t>(po.extent + po.offset, 1)) * es);
   if (!out.ok()) return std::move(out).error();
   c.out_ = std::move(out).value();
-
-  // Random normal inputs, quantized; written through the layout into one host staging buffer.
-  std::mt19937_64 rng(s.seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<unsigned char> staging(std::size_t(total) * es, 0);
-  auto fill = [&](std::vector<float>& dst, const Placement& p, std::int64_t S, std::int64_t H, std::int64_t D) {
-    dst.resize(std::size_t(B * S * H * D));
-    std::size_t i = 0;
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t t = 0; t < S; ++t)
-        for (std::int64_t h = 0; h < H; ++h)
-          for (std::int64_t d = 0; d < D; ++d, ++i) {
-            const float x = quantize(normal(rng), dt);
-            dst[i] = x;
-            store(staging.data(), p.offset + b * p.stride[0] + t * p.stride[1] + h * p.stride[2] + d * p.stride[3], x, dt);
-          }
-  };
-  fill(c.q_, pq, s.seqlen_q, s.heads_q, s.head_dim_qk);
-  fill(c.k_, pk, s.seqlen_k, s.heads_kv, s.head_dim_qk);
-  fill(c.v_, pv, s.seqlen_k, s.heads_kv, s.head_dim_v);
-  FJ_TRY(c.qkv_.upload(staging.data(), staging.size()));
-  if (!keep_host) c.q_.clear(), c.k_.clear(), c.v_.clear();
+  FJ_TRY(c.fill_inputs(s.seed));
 
   auto view = [&](const DeviceBuffer& buf, const Placement& p, std::int64_t S, std::int64_t H, std::int64_t D) {
     TensorView t;
@@ -158,20 +180,95 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
     for (int i = 0; i < 4; ++i) t.shape[i] = shape[i], t.stride[i] = p.stride[i];
     return t;
   };
-  c.args_.q = view(c.qkv_, pq, s.seqlen_q, s.heads_q, s.head_dim_qk);
-  c.args_.k = view(c.qkv_, pk, s.seqlen_k, s.heads_kv, s.head_dim_qk);
-  c.args_.v = view(c.qkv_, pv, s.seqlen_k, s.heads_kv, s.head_dim_v);
-  c.args_.o = view(c.out_, po, s.seqlen_q, s.heads_q, s.head_dim_v);
+  c.args_.q = view(c.qkv_, pq, c.tsq_, s.heads_q, s.head_dim_qk);
+  c.args_.k = view(c.qkv_, pk, c.tsk_, s.heads_kv, s.head_dim_qk);
+  c.args_.v = view(c.qkv_, pv, c.tsk_, s.heads_kv, s.head_dim_v);
+  c.args_.o = view(c.out_, po, c.tsq_, s.heads_q, s.head_dim_v);
   c.out_offset_bytes_ = std::size_t(po.offset) * es;
   c.args_.mask = s.mask;
   c.args_.fp32_math = s.fp32_math;
+  c.args_.softmax_scale = s.softmax_scale;
+  c.args_.window = s.window;
+  c.args_.softcap = s.softcap;
   if (s.lse) {
-    auto l = DeviceBuffer::allocate(gpu.driver(), std::size_t(B * s.heads_q * s.seqlen_q) * sizeof(float));
+    auto l = DeviceBuffer::allocate(gpu.driver(), std::size_t(std::max<std::int64_t>(B * s.heads_q * c.tsq_, 1)) * sizeof(float));
     if (!l.ok()) return std::move(l).error();
     c.lse_buf_ = std::move(l).value();
-    c.args_.lse = LseView::contiguous(static_cast<float*>(c.lse_buf_.ptr()), B, s.heads_q, s.seqlen_q);
+    c.args_.lse = LseView::contiguous(static_cast<float*>(c.lse_buf_.ptr()), B, s.heads_q, c.tsq_);
   }
+
+  // The small side inputs, each in a 256-byte aligned slot of one buffer:
+  // cu_seqlens_q | cu_seqlens_k | alibi slopes | sinks.
+  std::mt19937_64 rng(s.seed * 7919 + 17);
+  std::uniform_real_distribution<float> slope(0.01f, 1.f);
+  std::normal_distribution<float> sink(s.sink_mean, 1.f);
+  const std::int64_t n = s.sequences();
+  if (s.alibi) {
+    c.alibi_.resize(std::size_t((s.alibi_per_batch ? n : 1) * s.heads_q));
+    for (float& x : c.alibi_) x = slope(rng);
+  }
+  if (s.sinks) {
+    c.sinks_.resize(std::size_t(s.heads_q));
+    for (float& x : c.sinks_) x = sink(rng);
+  }
+  std::vector<unsigned char> side;
+  auto append = [&](const void* data, std::size_t bytes) {
+    const std::size_t at = (side.size() + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+    side.resize(at + std::max<std::size_t>(bytes, 1));
+    if (bytes) std::memcpy(side.data() + at, data, bytes);
+    return at;
+  };
+  std::vector<std::int32_t> cq(c.cu_q_.begin(), c.cu_q_.end()), ck(c.cu_k_.begin(), c.cu_k_.end());
+  const std::size_t at_cq = append(cq.data(), cq.size() * 4), at_ck = append(ck.data(), ck.size() * 4);
+  const std::size_t at_alibi = append(c.alibi_.data(), c.alibi_.size() * 4), at_sinks = append(c.sinks_.data(), c.sinks_.size() * 4);
+  auto extras = DeviceBuffer::allocate(gpu.driver(), side.size());
+  if (!extras.ok()) return std::move(extras).error();
+  c.extras_ = std::move(extras).value();
+  FJ_TRY(c.extras_.upload(side.data(), side.size()));
+  const char* base = static_cast<const char*>(c.extras_.ptr());
+  if (s.varlen()) {
+    std::int64_t max_q = 0, max_k = 0;
+    for (std::size_t i = 0; i < s.varlen_q.size(); ++i) max_q = std::max(max_q, s.varlen_q[i]), max_k = std::max(max_k, s.varlen_k[i]);
+    c.args_.varlen = Varlen{reinterpret_cast<const std::int32_t*>(base + at_cq), reinterpret_cast<const std::int32_t*>(base + at_ck),
+                            n, max_q, max_k};
+  }
+  if (s.alibi) c.args_.alibi = Alibi{reinterpret_cast<const float*>(base + at_alibi), s.alibi_per_batch ? s.heads_q : 0};
+  if (s.sinks) c.args_.sinks = reinterpret_cast<const float*>(base + at_sinks);
+  if (!keep_host) c.q_.clear(), c.k_.clear(), c.v_.clear();
   return c;
+}
+
+Status AttentionCase::fill_inputs(std::uint64_t seed) {
+  const CaseSpec& s = spec_;
+  const DType dt = s.dtype;
+  const std::size_t es = dtype_size(dt);
+  // Random normal inputs, quantized; written through the layout into one host staging buffer.
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<unsigned char> staging(qkv_.bytes(), 0);
+  auto fill = [&](std::vector<float>& dst, int t, std::int64_t S, std::int64_t H, std::int64_t D) {
+    const std::int64_t* p = place_[t];
+    dst.resize(std::size_t(tb_ * S * H * D));
+    std::size_t i = 0;
+    for (std::int64_t b = 0; b < tb_; ++b)
+      for (std::int64_t r = 0; r < S; ++r)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t d = 0; d < D; ++d, ++i) {
+            const float x = quantize(normal(rng), dt);
+            dst[i] = x;
+            store(staging.data(), p[4] + b * p[0] + r * p[1] + h * p[2] + d * p[3], x, dt);
+          }
+  };
+  fill(q_, 0, tsq_, s.heads_q, s.head_dim_qk);
+  fill(k_, 1, tsk_, s.heads_kv, s.head_dim_qk);
+  fill(v_, 2, tsk_, s.heads_kv, s.head_dim_v);
+  (void)es;
+  return qkv_.upload(staging.data(), staging.size());
+}
+
+Status AttentionCase::refill(std::uint64_t seed) {
+  if (!keep_host_) return Error(Code::invalid_argument, "case was created without host data");
+  return fill_inputs(seed);
 }
 
 Status AttentionCase::poison() const {
@@ -180,85 +277,77 @@ Status AttentionCase::poison() const {
   return {};
 }
 
-void reference_head(const CaseSpec& s, const float* q, const float* k, const float* v, std::int64_t b, std::int64_t h,
-                    double* out, double* lse) {
-  const std::int64_t Sq = s.seqlen_q, Sk = s.seqlen_k, Dq = s.head_dim_qk, Dv = s.head_dim_v;
-  const std::int64_t hk = h / (s.heads_q / s.heads_kv);
-  const double scale = 1.0 / std::sqrt(double(Dq));
-  std::vector<double> p(std::size_t(std::max<std::int64_t>(Sk, 1)));
-  for (std::int64_t i = 0; i < Sq; ++i) {
-    const float* qi = q + ((b * Sq + i) * s.heads_q + h) * Dq;
-    const std::int64_t limit = s.mask == Mask::causal ? std::min(Sk, i + Sk - Sq + 1) : Sk;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (std::int64_t j = 0; j < limit; ++j) {
-      const float* kj = k + ((b * Sk + j) * s.heads_kv + hk) * Dq;
-      double acc = 0;
-      for (std::int64_t d = 0; d < Dq; ++d) acc += double(qi[d]) * double(kj[d]);
-      p[j] = acc * scale;
-      mx = std::max(mx, p[j]);
-    }
-    double sum = 0;
-    for (std::int64_t j = 0; j < limit; ++j) sum += (p[j] = std::exp(p[j] - mx));
-    double* oi = out + i * Dv;
-    for (std::int64_t d = 0; d < Dv; ++d) oi[d] = 0;
-    for (std::int64_t j = 0; j < limit; ++j) {
-      const float* vj = v + ((b * Sk + j) * s.heads_kv + hk) * Dv;
-      const double w = p[j] / sum;
-      for (std::int64_t d = 0; d < Dv; ++d) oi[d] += w * double(vj[d]);
-    }
-    lse[i] = limit > 0 ? mx + std::log(sum) : -std::numeric_limits<double>::infinity();
-  }
-}
-
 Result<CheckResult> AttentionCase::check() const {
   if (!keep_host_) return Error(Code::invalid_argument, "case was created without host data");
   const CaseSpec& s = spec_;
   const DType dt = s.dtype;
-  const std::size_t es = dtype_size(dt);
   std::vector<unsigned char> raw(out_.bytes());
   FJ_TRY(out_.download(raw.data(), raw.size()));
   std::vector<float> lse_dev;
   if (s.lse) {
-    lse_dev.resize(std::size_t(s.batch * s.heads_q * s.seqlen_q));
+    lse_dev.resize(std::size_t(tb_ * s.heads_q * tsq_));
     FJ_TRY(lse_buf_.download(lse_dev.data(), lse_dev.size() * sizeof(float)));
   }
   const TensorView& o = args_.o;
   const unsigned char* obase = raw.data() + out_offset_bytes_;
-  (void)es;
+  std::vector<SeqRows> seqs;
+  for (std::int64_t b = 0; b < s.sequences(); ++b)
+    seqs.push_back(s.varlen() ? SeqRows{0, cu_q_[b], s.varlen_q[b], cu_k_[b], s.varlen_k[b]}
+                              : SeqRows{b, 0, s.seqlen_q, 0, s.seqlen_k});
+  const double scale = s.softmax_scale ? double(*s.softmax_scale) : 1.0 / std::sqrt(double(s.head_dim_qk));
 
-  const std::int64_t pairs = s.batch * s.heads_q;
-  const unsigned nthreads = std::max(1u, std::min(std::thread::hardware_concurrency(), unsigned(pairs)));
+  const std::int64_t pairs = s.sequences() * s.heads_q;
+  const unsigned nthreads = std::max(1u, std::min(std::thread::hardware_concurrency(), unsigned(std::max<std::int64_t>(pairs, 1))));
   std::vector<CheckResult> partial(nthreads);
   std::vector<double> num(nthreads, 0), den(nthreads, 0);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < nthreads; ++t) {
     pool.emplace_back([&, t] {
-      std::vector<double> ref(std::size_t(s.seqlen_q * s.head_dim_v)), lse(std::size_t(s.seqlen_q));
       CheckResult& r = partial[t];
       for (std::int64_t pair = t; pair < pairs; pair += nthreads) {
-        const std::int64_t b = pair / s.heads_q, h = pair % s.heads_q;
-        reference_head(s, q_.data(), k_.data(), v_.data(), b, h, ref.data(), lse.data());
-        for (std::int64_t i = 0; i < s.seqlen_q; ++i) {
+        const SeqRows& sq = seqs[std::size_t(pair / s.heads_q)];
+        const std::int64_t h = pair % s.heads_q, hk = h / (s.heads_q / s.heads_kv);
+        ReferenceHead ref;
+        ref.q = q_.data() + ((sq.batch * tsq_ + sq.q_start) * s.heads_q + h) * s.head_dim_qk;
+        ref.k = k_.data() + ((sq.batch * tsk_ + sq.k_start) * s.heads_kv + hk) * s.head_dim_qk;
+        ref.v = v_.data() + ((sq.batch * tsk_ + sq.k_start) * s.heads_kv + hk) * s.head_dim_v;
+        ref.q_row = s.heads_q * s.head_dim_qk;
+        ref.k_row = s.heads_kv * s.head_dim_qk;
+        ref.v_row = s.heads_kv * s.head_dim_v;
+        ref.len_q = sq.len_q, ref.len_k = sq.len_k, ref.dqk = s.head_dim_qk, ref.dv = s.head_dim_v;
+        ref.scale = scale;
+        ref.causal = s.mask == Mask::causal;
+        if (s.window) {
+          if (s.window->left >= 0) ref.window_left = s.window->left;
+          if (s.window->right >= 0) ref.window_right = s.window->right;
+        }
+        if (s.softcap) ref.softcap = *s.softcap;
+        if (s.alibi) ref.alibi_slope = alibi_[std::size_t((s.alibi_per_batch ? pair / s.heads_q : 0) * s.heads_q + h)];
+        if (s.sinks) ref.sink = sinks_[std::size_t(h)];
+        std::vector<double> want(std::size_t(sq.len_q * s.head_dim_v)), want_lse(std::size_t(sq.len_q));
+        reference_head(ref, want.data(), want_lse.data());
+        for (std::int64_t i = 0; i < sq.len_q; ++i) {
+          const std::int64_t row = sq.q_start + i;
           for (std::int64_t d = 0; d < s.head_dim_v; ++d) {
-            const std::int64_t idx = b * o.stride[0] + i * o.stride[1] + h * o.stride[2] + d * o.stride[3];
-            const double got = load(obase, idx, dt), want = ref[std::size_t(i * s.head_dim_v + d)];
+            const std::int64_t idx = sq.batch * o.stride[0] + row * o.stride[1] + h * o.stride[2] + d * o.stride[3];
+            const double got = load(obase, idx, dt), w = want[std::size_t(i * s.head_dim_v + d)];
             if (!std::isfinite(got)) {
               ++r.unwritten;
               continue;
             }
-            num[t] += (got - want) * (got - want);
-            den[t] += want * want;
-            r.max_abs = std::max(r.max_abs, std::abs(got - want));
+            num[t] += (got - w) * (got - w);
+            den[t] += w * w;
+            r.max_abs = std::max(r.max_abs, std::abs(got - w));
           }
           if (s.lse) {
-            const float got = lse_dev[std::size_t((b * s.heads_q + h) * s.seqlen_q + i)];
-            const double want = lse[std::size_t(i)];
-            if (std::isinf(want)) {
+            const float got = lse_dev[std::size_t((sq.batch * s.heads_q + h) * tsq_ + row)];
+            const double w = want_lse[std::size_t(i)];
+            if (std::isinf(w)) {
               if (!(std::isinf(got) && got < 0)) ++r.lse_bad;
             } else if (!std::isfinite(got)) {
               ++r.lse_bad;
             } else {
-              r.lse_max_abs = std::max(r.lse_max_abs, std::abs(double(got) - want));
+              r.lse_max_abs = std::max(r.lse_max_abs, std::abs(double(got) - w));
             }
           }
         }

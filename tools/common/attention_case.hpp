@@ -1,8 +1,11 @@
 // One attention problem on the GPU with random inputs, in a chosen memory layout, plus its
-// float64 CPU reference: shared by the demo, the bench tool and the GPU tests.
+// float64 CPU reference: shared by the demo, the bench tool and the GPU tests. Covers every
+// semantic the engine takes: GQA, Dqk != Dv, masks, varlen batches, windows, softcap, ALiBi,
+// sinks and the LSE.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,19 @@ struct CaseSpec {
   bool lse = false;
   Layout layout = Layout::bshd;
   std::uint64_t seed = 1;
+  std::optional<float> softmax_scale;
+  // Varlen: the query and key lengths of each sequence (same count; batch, seqlen_q and
+  // seqlen_k are then ignored); the tensors are packed [1, sum, H, D].
+  std::vector<std::int64_t> varlen_q, varlen_k;
+  std::optional<Window> window;
+  std::optional<float> softcap;
+  bool alibi = false;            // random slopes in (0, 1] per query head
+  bool alibi_per_batch = false;  // ... and per sequence ([batch, heads_q] rows)
+  bool sinks = false;            // random sink logits per query head
+  float sink_mean = 0;           // sinks are drawn around this (large ones dominate rows)
+
+  bool varlen() const { return !varlen_q.empty(); }
+  std::int64_t sequences() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
   std::string describe() const;
 };
 
@@ -36,38 +52,43 @@ struct CheckResult {
   double rel_l2 = 0;           // ||out - ref|| / ||ref||
   double max_abs = 0;
   std::int64_t unwritten = 0;  // output elements still holding the NaN poison (or any NaN/inf)
-  double lse_max_abs = 0;      // over rows that saw keys
+  double lse_max_abs = 0;      // over rows whose reference LSE is finite
   std::int64_t lse_bad = 0;    // poisoned / wrong-infinity LSE entries
 };
 
-// Forward FLOPs as anchors.md counts them: 4 B Hq Sq Sk D, halved for causal when Sq == Sk.
+// Forward FLOPs as anchors.md counts them: 4 B Hq Sq Sk D, halved for causal when Sq == Sk
+// (varlen: summed over the sequences).
 double attention_flops(const CaseSpec& s);
 
 class AttentionCase {
  public:
   // Random normal inputs (never zeros), quantized to the dtype, uploaded in the spec's layout.
-  // `upload` false skips the host copies and reference data (for timing huge shapes).
+  // `keep_host` false skips the host copies and reference data (for timing huge shapes).
   static Result<AttentionCase> create(const GpuContext& gpu, const CaseSpec& spec, bool keep_host = true);
 
   const CaseSpec& spec() const { return spec_; }
   const AttentionArgs& args() const { return args_; }
   // Fills o (and lse) with 0xFF bytes: NaN in every float format, so unwritten elements show.
   Status poison() const;
+  // Draws new random q, k and v (same shapes and buffers) and uploads them.
+  Status refill(std::uint64_t seed);
   // Downloads o (and lse) and compares with the float64 reference (multi-threaded).
   Result<CheckResult> check() const;
 
  private:
+  Status fill_inputs(std::uint64_t seed);
+
   CaseSpec spec_;
   AttentionArgs args_;
   const GpuContext* gpu_ = nullptr;
-  DeviceBuffer qkv_, out_, lse_buf_;
-  std::vector<float> q_, k_, v_;  // quantized values in logical [B, S, H, D] order
+  DeviceBuffer qkv_, out_, lse_buf_, extras_;
+  std::vector<float> q_, k_, v_;  // quantized values in logical [TB, TS, H, D] tensor order
+  std::vector<float> alibi_, sinks_;
+  std::vector<std::int64_t> cu_q_, cu_k_;  // varlen prefix sums
+  std::int64_t tb_ = 0, tsq_ = 0, tsk_ = 0;  // the tensors' batch and seq dims
+  std::int64_t place_[4][5] = {};  // per q, k, v, o: strides[4], offset in elements
   std::size_t out_offset_bytes_ = 0;
   bool keep_host_ = true;
 };
-
-// Rows of the float64 reference for one (batch, head): out [Sq, Dv], lse [Sq].
-void reference_head(const CaseSpec& s, const float* q, const float* k, const float* v, std::int64_t b,
-                    std::int64_t h, double* out, double* lse);
 
 }  // namespace flashjit::tools
