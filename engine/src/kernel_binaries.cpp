@@ -13,9 +13,10 @@ KernelBinaries::KernelBinaries(bool use_disk, std::optional<std::string> cache_d
     : use_disk_(use_disk), cache_dir_(std::move(cache_dir)), log_(std::move(log)) {}
 
 cache::EntryKey KernelBinaries::cache_key_from(const KernelVariant& v, const Arch& arch, const std::string& templates_hash,
-                                               const std::string& nvrtc_version, const std::vector<std::string>& options) {
+                                               const std::string& nvrtc_version, const std::vector<std::string>& options,
+                                               int engine_format) {
   ContentHasher h;
-  h.field("engine_format", kEngineFormatVersion)
+  h.field("engine_format", engine_format)
       .field("templates", templates_hash)
       .field("variant", v.content_hash())
       .field("nvrtc", nvrtc_version)

@@ -43,7 +43,8 @@ class KernelBinaries {
   static Result<cache::EntryKey> cache_key(const KernelVariant& v, const Arch& arch);
   // The same key from explicit inputs (what cache_key() reads from the running process).
   static cache::EntryKey cache_key_from(const KernelVariant& v, const Arch& arch, const std::string& templates_hash,
-                                        const std::string& nvrtc_version, const std::vector<std::string>& options);
+                                        const std::string& nvrtc_version, const std::vector<std::string>& options,
+                                        int engine_format = kEngineFormatVersion);
   Result<KernelBinary> get(const KernelVariant& v, const Arch& arch);
 
   // The disk cache, if one is open (tools manage it directly).

@@ -267,6 +267,30 @@ TEST_CASE("tuning_store: a file of a newer format is never overwritten") {
   CHECK(s.find(key_for(64), kHash).has_value());  // kept in memory for this process
 }
 
+TEST_CASE("tuning_store: a file of the previous format is set aside, never misread") {
+  TempDir tmp;
+  const std::string root = tmp / "root";
+  std::string path;
+  {
+    TuningStore s = open_store(root);
+    path = s.path();
+  }
+  // What flashjit 0.1 wrote: format 1, semantics named the old way, the same tiling fields.
+  const std::string old = R"({"format": "flashjit-tuning", "format_version": 1, "device_name": ")" + std::string(kDevice) +
+                          R"(", "arch": "sm_90a", "nvrtc_version": "12.4", "driver_version": "12040", "records": {
+      "fa2_sm80/f16-d128-causal-v8/sq4096/sk4096/bh32": {"tiling": {"block_m": 64, "block_n": 32, "warps": 4,
+      "stages": 2}, "ms": 0.5, "default_tiling": {"block_m": 128, "block_n": 64, "warps": 4, "stages": 2},
+      "candidates": [], "candidate_set_hash": "x", "nvrtc_version": "12.4", "driver_version": "12040"}}})";
+  write_file(path, old);
+  LogSink log;
+  TuningStore s = open_store(root, &log);
+  CHECK(log.contains("old format version 1"));
+  CHECK(s.records().empty());
+  CHECK_FALSE(s.find(key_for(4096), kHash).has_value());
+  REQUIRE(s.put(key_for(64), sample_record()).ok());  // the store goes on in the current format
+  CHECK(read_file(path).find("\"format_version\": 2") != std::string::npos);
+}
+
 TEST_CASE("tuning_store: reload picks up what another store wrote") {
   TempDir tmp;
   const std::string root = tmp / "root";

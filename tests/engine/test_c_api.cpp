@@ -1,7 +1,9 @@
 // The C ABI: status codes, the thread-local message, and argument conversion (no GPU needed).
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -82,5 +84,112 @@ TEST_CASE("C ABI precompiles for a named arch without a GPU") {
   CHECK(st == FLASHJIT_OK);
   CHECK(std::string(name).rfind("fa2_sm80-f16-dqk64-dv64-causal-vec8-m", 0) == 0);  // tiling: the arch default
   CHECK(flashjit_precompile(e, &a, "sm_70x", name, sizeof name) == FLASHJIT_INVALID_ARGUMENT);
+  flashjit_engine_destroy(e);
+}
+
+namespace {
+
+flashjit_attention_args_v2 args_v2() {
+  const flashjit_attention_args v1 = args();
+  flashjit_attention_args_v2 a{};
+  a.struct_size = sizeof a;
+  a.abi_version = FLASHJIT_ABI_VERSION;
+  a.q = v1.q, a.k = v1.k, a.v = v1.v, a.o = v1.o;
+  return a;
+}
+
+// The message of a v2 forward that must fail before touching the GPU.
+std::string v2_error(flashjit_engine* e, const flashjit_attention_args_v2& a) {
+  const flashjit_status st = flashjit_forward_v2(e, &a, nullptr);
+  return st == FLASHJIT_OK ? "OK" : flashjit_last_error();
+}
+
+bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("C ABI v2: the struct's size and version are checked, unknown trailing fields must be zero") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  CHECK(flashjit_args_v2_size() == sizeof(flashjit_attention_args_v2));
+
+  flashjit_attention_args_v2 a = args_v2();
+  a.struct_size = 8;
+  CHECK(has(v2_error(e, a), "args.struct_size is 8 but must be at least"));
+  a = args_v2();
+  a.abi_version = 1;
+  CHECK(has(v2_error(e, a), "args.abi_version must be 2 or newer"));
+  a = args_v2();
+  a.struct_size = 1u << 20;
+  CHECK(has(v2_error(e, a), "more than any version has"));
+
+  // A caller built against a newer header: its struct is longer. Zeros past what this library
+  // knows are accepted; a set byte there is refused (the caller asked for something unknown).
+  struct Newer {
+    flashjit_attention_args_v2 known;
+    std::int64_t future_field;
+  } newer{};
+  newer.known = args_v2();
+  newer.known.struct_size = sizeof newer;
+  newer.known.q.shape[0] = newer.known.k.shape[0] = newer.known.v.shape[0] = newer.known.o.shape[0] = 0;
+  CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_OK);  // zero-size: a no-op
+  newer.future_field = 5;
+  CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_UNSUPPORTED);
+  CHECK(has(flashjit_last_error(), "does not know"));
+  flashjit_engine_destroy(e);
+}
+
+TEST_CASE("C ABI v2: every new field is converted and checked by name") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  flashjit_attention_args_v2 a = args_v2();
+  flashjit_window w{-3, 0};
+  a.window = &w;
+  CHECK(has(v2_error(e, a), "window.left must be >= 0, or -1 for unbounded, got -3"));
+  w = {16, 4};
+  a.mask = FLASHJIT_MASK_CAUSAL;
+  CHECK(has(v2_error(e, a), "window.right must be 0 or -1 with a causal mask"));
+
+  a = args_v2();
+  a.softcap = -1.f;
+  CHECK(has(v2_error(e, a), "softcap must be finite and > 0, got -1"));
+  a.softcap = std::numeric_limits<float>::quiet_NaN();
+  CHECK(has(v2_error(e, a), "softcap must be finite and > 0"));
+
+  a = args_v2();
+  flashjit_alibi alibi{nullptr, 0};
+  a.alibi = &alibi;
+  CHECK(has(v2_error(e, a), "alibi.slopes is null"));
+  alibi.slopes = reinterpret_cast<const float*>(0x7f0500000002ull);
+  CHECK(has(v2_error(e, a), "alibi.slopes.data must be aligned"));
+
+  a = args_v2();
+  a.sinks = reinterpret_cast<const float*>(0x7f0600000001ull);
+  CHECK(has(v2_error(e, a), "sinks.data must be aligned"));
+
+  a = args_v2();
+  flashjit_varlen vl{nullptr, reinterpret_cast<const int32_t*>(0x7f0700000000ull), 2, 32, 32};
+  a.varlen = &vl;
+  CHECK(has(v2_error(e, a), "varlen.cu_seqlens_q is null"));
+  vl.cu_seqlens_q = reinterpret_cast<const int32_t*>(0x7f0800000000ull);
+  vl.max_seqlen_q = 65;
+  CHECK(has(v2_error(e, a), "varlen.max_seqlen_q must be in [0, q.shape[1] = 64]"));
+
+  // Everything at once names the variant's semantics when it compiles ahead of time.
+  a = args_v2();
+  a.mask = FLASHJIT_MASK_CAUSAL;
+  w = {128, 0};
+  a.window = &w;
+  a.softcap = 30.f;
+  vl = {reinterpret_cast<const int32_t*>(0x7f0800000000ull), reinterpret_cast<const int32_t*>(0x7f0900000000ull), 1, 64, 64};
+  a.varlen = &vl;
+  alibi = {reinterpret_cast<const float*>(0x7f0a00000000ull), 0};
+  a.alibi = &alibi;
+  a.sinks = reinterpret_cast<const float*>(0x7f0b00000000ull);
+  char name[256] = {0};
+  const flashjit_status st = flashjit_precompile_v2(e, &a, "sm_90a", name, sizeof name);
+  INFO(flashjit_last_error());
+  CHECK(st == FLASHJIT_OK);
+  CHECK(has(name, "fa2_sm80-f16-dqk64-dv64-causal-varlen-window-softcap-alibi-sinks-vec8-m"));
   flashjit_engine_destroy(e);
 }

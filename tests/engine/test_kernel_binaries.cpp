@@ -50,6 +50,11 @@ TEST_CASE("the cache key changes with template text, options, NVRTC version, arc
   KernelVariant other = variant();
   other.tiling[3] = 3;  // stages
   CHECK(base.content_hash != KernelBinaries::cache_key_from(other, sm80, "templates-A", "13.0", opts).content_hash);
+  // Entries of an older engine format (other kernel params, other entry names) are never found:
+  // their keys differ, so they are misses, not misreads, and age out of the cache.
+  CHECK(kEngineFormatVersion >= 2);
+  CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm80, "templates-A", "13.0", opts,
+                                                             kEngineFormatVersion - 1).content_hash);
 }
 
 TEST_CASE("the running process keys on the embedded templates and NVRTC options from the environment") {

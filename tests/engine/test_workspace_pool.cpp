@@ -1,0 +1,89 @@
+// The engine's workspace: one buffer per (context, stream), grown with a synchronization of that
+// stream only, never allocated while the stream is captured (a fake device stands in for the
+// driver).
+#include <doctest/doctest.h>
+
+#include <map>
+#include <vector>
+
+#include "workspace_pool.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+struct FakeDevice {
+  std::map<CUdeviceptr, std::size_t> live;
+  CUdeviceptr next = 0x1000;
+  std::vector<CUstream> synced;
+  std::map<CUstream, bool> capturing;
+  bool fail_alloc = false;
+
+  WorkspaceDevice device() {
+    WorkspaceDevice d;
+    d.allocate = [this](std::size_t bytes) -> Result<CUdeviceptr> {
+      if (fail_alloc) return Error(Code::driver_error, "out of memory");
+      const CUdeviceptr p = next;
+      next += bytes + 0x1000;
+      live[p] = bytes;
+      return p;
+    };
+    d.free = [this](CUdeviceptr p) { live.erase(p); };
+    d.synchronize = [this](CUstream s) -> Status {
+      synced.push_back(s);
+      return {};
+    };
+    d.capturing = [this](CUstream s) -> Result<bool> { return capturing[s]; };
+    return d;
+  }
+};
+
+CUcontext ctx(std::uintptr_t i) { return reinterpret_cast<CUcontext>(i); }
+CUstream stream(std::uintptr_t i) { return reinterpret_cast<CUstream>(i); }
+
+}  // namespace
+
+TEST_CASE("a stream's workspace is reused, grown in granules, and never shared with another stream") {
+  FakeDevice dev;
+  {
+    WorkspacePool pool(dev.device());
+    const CUdeviceptr a = pool.get(ctx(1), stream(1), 1000).value();
+    CHECK(pool.get(ctx(1), stream(1), 5000).value() == a);  // fits the 1 MiB granule
+    const CUdeviceptr b = pool.get(ctx(1), stream(2), 1000).value();
+    CHECK(b != a);
+    CHECK(pool.get(ctx(2), stream(1), 1000).value() != a);  // same handle, other context
+    CHECK(pool.buffers() == 3);
+    CHECK(dev.synced.empty());
+
+    // Growing synchronizes that stream alone before the old buffer is freed.
+    const CUdeviceptr grown = pool.get(ctx(1), stream(1), (3u << 20) + 1).value();
+    CHECK(grown != a);
+    CHECK(dev.live.count(a) == 0);
+    CHECK(dev.live[grown] == (4u << 20));
+    CHECK(dev.synced == std::vector<CUstream>{stream(1)});
+    CHECK(pool.bytes_held() == (4u << 20) + (2u << 20));
+  }
+  CHECK(dev.live.empty());  // the pool frees everything it holds
+}
+
+TEST_CASE("a captured stream gets its existing workspace, never a new one") {
+  FakeDevice dev;
+  WorkspacePool pool(dev.device());
+  const CUdeviceptr warm = pool.get(ctx(1), stream(1), 4096).value();
+  dev.capturing[stream(1)] = true;
+  CHECK(pool.get(ctx(1), stream(1), 4096).value() == warm);  // fits: no allocation, fine to capture
+  const std::size_t before = dev.live.size();
+  auto grow = pool.get(ctx(1), stream(1), 64u << 20);
+  REQUIRE_FALSE(grow.ok());
+  CHECK(grow.error().message().find("captured into a CUDA graph") != std::string::npos);
+  CHECK(dev.live.size() == before);
+  CHECK(dev.synced.empty());
+  dev.capturing[stream(3)] = true;
+  CHECK_FALSE(pool.get(ctx(1), stream(3), 1).ok());  // a cold stream under capture
+
+  dev.fail_alloc = true;
+  dev.capturing[stream(4)] = false;
+  auto failed = pool.get(ctx(1), stream(4), 1);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().detail("workspace_bytes").has_value());
+}
