@@ -8,9 +8,7 @@ namespace flashjit::autotune {
 int size_bucket(std::int64_t n) {
   if (n <= kSmallestBucket) return kSmallestBucket;
   if (n >= kLargestBucket) return kLargestBucket;
-  int b = kSmallestBucket;
-  while (b < n) b *= 2;
-  return b;
+  return int(std::uint64_t(1) << (64 - __builtin_clzll(std::uint64_t(n - 1))));  // next power of two >= n
 }
 
 bool TuningKey::operator==(const TuningKey& o) const {

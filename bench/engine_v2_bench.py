@@ -51,7 +51,7 @@ def median_ms(fn, warmup=WARMUP, reps=REPS):
     return times[len(times) // 2]
 
 
-def best_of_rounds(fns, rounds=2):
+def best_of_rounds(fns, rounds=3):
     """Times each function `rounds` times, interleaved (A B A B), and keeps each one's best median:
     clock drift between the candidates then cancels instead of favouring one."""
     best = [math.inf] * len(fns)
@@ -199,7 +199,7 @@ def write_md(path, meta, res):
     with open(path, "w") as f:
         f.write("# Engine v2 benchmarks\n\n%s; %s; commit %s (parent %s); PyTorch %s; %s.\n" % (
             meta["device"], meta["date"], meta["commit"], meta["parent_commit"], meta["torch"], meta["flashjit"]))
-        f.write("One process, CUDA events, %d warm-up + median of %d, best of 2 interleaved rounds; random normal inputs.\n\n" % (WARMUP, REPS))
+        f.write("One process, CUDA events, %d warm-up + median of %d, best of 3 interleaved rounds; random normal inputs.\n\n" % (WARMUP, REPS))
         if res.get("grid"):
             f.write("## Prefill grid (TFLOP/s): this commit against its parent, same process\n\n")
             f.write("| dtype | D | S | causal | flashjit | parent | ratio | SDPA flash | SDPA cuDNN | / cuDNN |\n|---|---|---|---|---|---|---|---|---|---|\n")

@@ -1,17 +1,13 @@
 #include "attention_params.hpp"
 
-#include <cstring>
-
 namespace flashjit {
 
 namespace {
 constexpr double kLog2e = 1.4426950408889634;  // softmax runs on exp2: e^x = 2^(x log2 e)
 }
 
-FjAttentionParams attention_params(const AttentionProblem& pr) {
+void fill_attention_params(const AttentionProblem& pr, FjAttentionParams& p) {
   const AttentionArgs& a = *pr.args;
-  FjAttentionParams p;
-  std::memset(&p, 0, sizeof p);
   p.q = a.q.data;
   p.k = a.k.data;
   p.v = a.v.data;
@@ -51,7 +47,6 @@ FjAttentionParams attention_params(const AttentionProblem& pr) {
     p.softcap_log2 = float(double(pr.softcap) * kLog2e);
   }
   p.alibi_unit = float(pr.semantics.softcap ? kLog2e : 1.0 / double(pr.scale));
-  return p;
 }
 
 }  // namespace flashjit

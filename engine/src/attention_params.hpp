@@ -7,6 +7,7 @@
 
 namespace flashjit {
 
-FjAttentionParams attention_params(const AttentionProblem& problem);
+// Fills `p`, which the caller has zeroed (KernelParams::emplace).
+void fill_attention_params(const AttentionProblem& problem, FjAttentionParams& p);
 
 }  // namespace flashjit

@@ -1,11 +1,32 @@
 #include "device_context.hpp"
 
+#include <atomic>
+
 namespace flashjit {
+namespace {
+
+std::atomic<std::uint64_t> g_next_id{1};
+
+// The context this thread asked about last, in which registry, and the answer.
+struct LastLookup {
+  std::uint64_t registry = 0;
+  CUcontext ctx = nullptr;
+  const DeviceContextInfo* info = nullptr;
+};
+thread_local LastLookup t_last;
+
+}  // namespace
+
+DeviceContexts::DeviceContexts() : id_(g_next_id.fetch_add(1)) {}
 
 Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {
+  if (t_last.registry == id_ && t_last.ctx == ctx) return t_last.info;
   {
     std::lock_guard lock(mu_);
-    if (auto it = map_.find(ctx); it != map_.end()) return &it->second;
+    if (auto it = map_.find(ctx); it != map_.end()) {
+      t_last = {id_, ctx, &it->second};
+      return &it->second;
+    }
   }
   // cuCtxGetDevice reads the current context, which the caller has made `ctx`.
   CUdevice dev = 0;
@@ -24,7 +45,9 @@ Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, 
   info.arch.minor = minor;
   info.arch.suffix = major == 9 ? 'a' : 0;
   std::lock_guard lock(mu_);
-  return &map_.try_emplace(ctx, std::move(info)).first->second;
+  const DeviceContextInfo* stored = &map_.try_emplace(ctx, std::move(info)).first->second;
+  t_last = {id_, ctx, stored};
+  return stored;
 }
 
 }  // namespace flashjit

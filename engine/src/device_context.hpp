@@ -3,6 +3,7 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -23,11 +24,14 @@ struct DeviceContextInfo {
 
 class DeviceContexts {
  public:
+  DeviceContexts();
   // Stable pointer (map nodes never move); read once per context, so the dispatch path does
-  // not copy the device name on every call.
+  // not copy the device name on every call. A thread asking again for the context it asked
+  // for last takes no lock.
   Result<const DeviceContextInfo*> info(const DriverLibrary& drv, CUcontext ctx);
 
  private:
+  std::uint64_t id_;  // tells this registry from any other, past or future, at the same address
   std::mutex mu_;
   std::unordered_map<CUcontext, DeviceContextInfo> map_;
 };

@@ -79,14 +79,30 @@ autotune::TuneMode to_internal(TuneMode m) {
   return autotune::TuneMode::offline_only;
 }
 
+// What a plan is found by on the dispatch path: the context, the family and the tuning bucket
+// (semantics and size buckets), with no strings to build or hash per call.
 struct PlanKey {
   CUcontext ctx;
-  autotune::TuningKey bucket;
-  bool operator==(const PlanKey& o) const { return ctx == o.ctx && bucket == o.bucket; }
+  const KernelFamily* family;
+  Semantics semantics;
+  int seq_q_bucket, seq_k_bucket, batch_heads_bucket;
+  bool operator==(const PlanKey& o) const {
+    return ctx == o.ctx && family == o.family && seq_q_bucket == o.seq_q_bucket && seq_k_bucket == o.seq_k_bucket &&
+           batch_heads_bucket == o.batch_heads_bucket && semantics == o.semantics;
+  }
+  autotune::TuningKey bucket() const {
+    return {family->name(), semantics, seq_q_bucket, seq_k_bucket, batch_heads_bucket};
+  }
 };
 struct PlanKeyHash {
   std::size_t operator()(const PlanKey& k) const {
-    return autotune::TuningKeyHash{}(k.bucket) ^ (std::hash<const void*>{}(k.ctx) * 0x9E3779B97F4A7C15ull);
+    constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // Fibonacci hashing
+    std::uint64_t h = k.semantics.fast_hash();
+    for (std::uint64_t x : {std::uint64_t(reinterpret_cast<std::uintptr_t>(k.ctx)),
+                            std::uint64_t(reinterpret_cast<std::uintptr_t>(k.family)), std::uint64_t(k.seq_q_bucket),
+                            std::uint64_t(k.seq_k_bucket), std::uint64_t(k.batch_heads_bucket)})
+      h = (h ^ x) * kGolden + (h >> 29);
+    return std::size_t(h);
   }
 };
 // What a call needs once its plan is known: the family, the variant and its loaded kernels.
@@ -169,8 +185,9 @@ class Engine::Impl {
 
     const KernelFamily* family = pick_family(info.arch, problem.semantics, &problem.shape);
     if (!family) return choose_family(info.arch, problem.semantics, &problem.shape).error();
-    PlanKey key{ctx, autotune::make_tuning_key(family->name(), problem.semantics, problem.shape.seqlen_q,
-                                               problem.shape.seqlen_k, problem.shape.batch * problem.shape.heads_q)};
+    const ProblemShape& shape = problem.shape;
+    const PlanKey key{ctx, family, problem.semantics, autotune::size_bucket(shape.seqlen_q),
+                      autotune::size_bucket(shape.seqlen_k), autotune::size_bucket(shape.batch * shape.heads_q)};
     {
       std::shared_lock lock(plans_mu_);
       if (auto it = plans_.find(key); it != plans_.end()) {
@@ -178,7 +195,7 @@ class Engine::Impl {
         return run(drv, ctx, info, it->second, problem, stream);
       }
     }
-    auto plan = make_plan(drv, ctx, info, problem, key.bucket, stream);
+    auto plan = make_plan(drv, ctx, info, problem, key.bucket(), stream);
     if (!plan.ok()) return std::move(plan).error();
     {
       std::unique_lock lock(plans_mu_);

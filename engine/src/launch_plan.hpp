@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <new>
 #include <type_traits>
 
 namespace flashjit {
@@ -24,13 +25,15 @@ struct KernelParams {
   alignas(kParamAlign) unsigned char bytes[kMaxParamBytes];
   std::size_t size = 0;
 
+  // A zeroed P in the bytes, for the family to fill in place (no copy on the dispatch path).
   template <class P>
-  void set(const P& p) {
-    static_assert(std::is_trivially_copyable_v<P>, "kernel params are copied as bytes");
+  P& emplace() {
+    static_assert(std::is_trivially_copyable_v<P>, "kernel params are passed as bytes");
     static_assert(sizeof(P) <= kMaxParamBytes, "kernel params exceed kMaxParamBytes");
     static_assert(alignof(P) <= kParamAlign, "kernel params need more alignment than kParamAlign");
-    std::memcpy(bytes, &p, sizeof(P));
+    std::memset(bytes, 0, sizeof(P));
     size = sizeof(P);
+    return *std::launder(reinterpret_cast<P*>(new (bytes) P));
   }
 };
 

@@ -7,6 +7,14 @@
 #include "attention_params.hpp"
 #include "problem.hpp"
 
+namespace {
+FjAttentionParams attention_params(const flashjit::AttentionProblem& p) {
+  FjAttentionParams out{};
+  flashjit::fill_attention_params(p, out);
+  return out;
+}
+}  // namespace
+
 using namespace flashjit;
 
 namespace {

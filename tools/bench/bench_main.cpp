@@ -21,6 +21,21 @@ std::vector<int> parse_list(const std::string& text) {
   return out;
 }
 
+// FLOPs of the key tiles fa2_sm80 visits under a window: per CTA of BLOCK_M rows, the tiles its
+// key range touches (templates/common/sequence.cuh key_range).
+double visited_flops(const tools::CaseSpec& s, const Tiling& t) {
+  const std::int64_t bm = t[t.table->index("block_m")], bn = t[t.table->index("block_n")], off = s.seqlen_k - s.seqlen_q;
+  const std::int64_t left = s.window->left, right = s.mask == Mask::causal ? 0 : s.window->right;
+  double tiles = 0;
+  for (std::int64_t m0 = 0; m0 < s.seqlen_q; m0 += bm) {
+    std::int64_t hi = s.seqlen_k, lo = 0;
+    if (s.mask == Mask::causal || right >= 0) hi = std::min(hi, m0 + bm + off + std::max<std::int64_t>(right, 0));
+    if (left >= 0) lo = std::max<std::int64_t>(0, m0 + off - left);
+    if (hi > lo) tiles += double((hi + bn - 1) / bn - lo / bn);
+  }
+  return 2.0 * s.batch * s.heads_q * tiles * double(bm * bn) * double(s.head_dim_qk + s.head_dim_v);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
   std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both";
@@ -36,6 +51,10 @@ int run(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
   app.add_option("--reps", reps, "timed calls; the median is reported")->capture_default_str();
   app.add_option("--json", json_path, "also write results as JSON to this file");
+  std::vector<std::int64_t> window;
+  app.add_option("--window", window, "sliding window LEFT,RIGHT (-1: unbounded); TFLOP/s then count the key tiles visited")
+      ->delimiter(',')
+      ->expected(2);
   CLI11_PARSE(app, argc, argv);
 
   auto gpu = tools::GpuContext::open(0);
@@ -50,6 +69,7 @@ int run(int argc, char** argv) {
   const Arch arch = Arch::parse(info.arch).value();
 
   tools::CaseSpec base;
+  if (!window.empty()) base.window = Window{window[0], window[1]};
   if (dtype == "f16") base.dtype = DType::f16;
   else if (dtype == "bf16") base.dtype = DType::bf16;
   else if (dtype == "f32") base.dtype = DType::f32;
@@ -91,7 +111,8 @@ int run(int argc, char** argv) {
           }
         for (const Tiling& t : list) {
           auto ms = tools::time_ms(gpu->driver(), [&](int) { return engine->forward_with_tiling(args, t); }, warmup, reps);
-          const double tflops = ms.ok() ? tools::attention_flops(spec) / (ms.value() * 1e-3) / 1e12 : 0;
+          const double flops = spec.window ? visited_flops(spec, t) : tools::attention_flops(spec);
+          const double tflops = ms.ok() ? flops / (ms.value() * 1e-3) / 1e12 : 0;
           std::printf("%-5d %-6d %-6s %-4lld %-14s %9.3f %9.1f%s\n", d, s, m ? "yes" : "no", (long long)spec.batch,
                       t.name().c_str(), ms.ok() ? ms.value() : 0.0, tflops, t == variant.tiling ? "  (default)" : "");
           if (!ms.ok()) std::printf("      failed: %s\n", ms.error().to_string().c_str());

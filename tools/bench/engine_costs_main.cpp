@@ -17,6 +17,7 @@
 
 #include "common/attention_case.hpp"
 #include "compiler.hpp"
+#include "problem.hpp"
 
 using namespace flashjit;
 using Clock = std::chrono::steady_clock;
@@ -80,14 +81,32 @@ int dispatch(int calls, nlohmann::json& out) {
     FJ_CU(drv, cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
     return {};
   });
+  // The same launch through cuLaunchKernelEx, which the engine uses (launch plans may set a
+  // cluster shape), and the engine's host work alone (validation), to attribute the difference.
+  auto raw_ex_us = host_us_per_call(drv, calls, [&]() -> Status {
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+    cfg.blockDimX = 128, cfg.blockDimY = cfg.blockDimZ = 1;
+    FJ_CU(drv, cuLaunchKernelEx(&cfg, fn, args, nullptr));
+    return {};
+  });
+  auto validate_us = host_us_per_call(drv, calls * 10, [&]() -> Status {
+    auto p = validate_problem(c.args());
+    if (!p.ok()) return std::move(p).error();
+    return {};
+  });
   drv.cuModuleUnload(mod);
-  if (!raw_us.ok()) return 1;
+  if (!raw_us.ok() || !raw_ex_us.ok() || !validate_us.ok()) return 1;
   std::printf("dispatch: %.2f us host time per forward() (B1 S64 H1 D64 f16; median of 51 rounds of %d calls)\n",
               engine_us.value(), calls);
   std::printf("          %.2f us per bare cuLaunchKernel of an empty kernel, same argument size: engine overhead %.2f us\n",
               raw_us.value(), engine_us.value() - raw_us.value());
+  std::printf("          %.2f us per bare cuLaunchKernelEx; argument validation alone %.3f us\n", raw_ex_us.value(),
+              validate_us.value());
   out["dispatch_us_per_call"] = engine_us.value();
   out["raw_launch_us_per_call"] = raw_us.value();
+  out["raw_launch_ex_us_per_call"] = raw_ex_us.value();
+  out["validate_us_per_call"] = validate_us.value();
   return 0;
 }
 

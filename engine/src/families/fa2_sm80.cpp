@@ -100,7 +100,7 @@ class Fa2Sm80 final : public KernelFamily {
               unsigned(p.shape.batch)};
     k.block = {unsigned(t[kWarps] * 32), 1, 1};
     k.smem_bytes = unsigned(smem_bytes(v.semantics, t));
-    k.params.set(attention_params(p));
+    fill_attention_params(p, k.params.emplace<FjAttentionParams>());
     return {};
   }
 };
