@@ -44,14 +44,13 @@ FJ_DEVICE void key_range(const Sequence& s, int m0, int rows, int left, int righ
   if (hi < lo) hi = lo;
 }
 
-// Whether key `col` is outside what query `row` sees (past the sequence, the diagonal or the
-// window).
+// The keys query `row` sees, [lo, hi] inclusive (none when hi < lo): after the sequence's end,
+// the causal diagonal and the window (left/right from the host, right = 0 with causal).
 template <bool kIsCausal, bool kHasWindow>
-FJ_DEVICE bool key_masked(int row, int col, int len_k, int offset, int left, int right) {
-  bool out = col >= len_k;
-  if constexpr (kIsCausal || kHasWindow) out |= col > row + offset + (kHasWindow ? right : 0);
-  if constexpr (kHasWindow) out |= col < row + offset - left;
-  return out;
+FJ_DEVICE void row_key_bounds(int row, const Sequence& s, int left, int right, int& lo, int& hi) {
+  hi = s.len_k - 1;
+  if constexpr (kIsCausal || kHasWindow) hi = min(hi, row + s.offset() + (kHasWindow ? right : 0));
+  lo = kHasWindow ? row + s.offset() - left : 0;
 }
 
 }  // namespace fj

@@ -175,9 +175,12 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
 
     const int n0 = (first_tile + t) * kBlockN;
     if constexpr (kSoftcap || kAlibi) transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
-    const bool needs_mask = n0 + kBlockN > seq.len_k || ((kCausal || kWindow) && n0 + kBlockN - 1 > full_to) ||
-                            (kWindow && n0 < full_from);
-    if (needs_mask) apply_mask(s, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
+    const bool upper_edge = n0 + kBlockN > seq.len_k || ((kCausal || kWindow) && n0 + kBlockN - 1 > full_to);
+    const bool lower_edge = kWindow && n0 < full_from;
+    const int col_base = n0 + 2 * (lane & 3);
+    if (upper_edge && lower_edge) apply_mask<true, true>(s, row_base, col_base, seq, p.window_left, right);
+    else if (upper_edge) apply_mask<false, true>(s, row_base, col_base, seq, p.window_left, right);
+    else if (kWindow && lower_edge) apply_mask<true, false>(s, row_base, col_base, seq, p.window_left, right);
 
     sm.update(s, o, score_scale);
 
