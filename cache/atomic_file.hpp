@@ -3,6 +3,9 @@
 // Readers see either the old file or the complete new one, never a partial write. A writer that
 // dies leaves only its temp file, which no reader opens and which cleanup removes once it is
 // stale (its pid is gone or it is older than kStaleTempAge).
+//
+// Everything happens relative to the folder's descriptor (DirFd), so the folder that was checked
+// is the folder written to, whatever happens to its path meanwhile.
 #pragma once
 
 #include <chrono>
@@ -25,14 +28,20 @@ std::string make_temp_name();
 // The writer pid encoded in a temp file name, or nullopt if `name` is not a temp file name.
 std::optional<long> temp_name_pid(std::string_view name);
 
+
 // True when a temp file can no longer belong to a live writer: its pid is not running (the pid
 // may live in another pid namespace, hence also the age rule) or it is older than `max_age`.
-bool is_stale_temp(const std::string& path, std::chrono::seconds max_age = kStaleTempAge);
+// Only a regular file owned by this user is ever judged stale (a symlink, a folder or another
+// user's file is never touched).
+bool is_stale_temp(const DirFd& dir, const std::string& name, std::chrono::seconds max_age = kStaleTempAge);
 
 class AtomicFileWriter {
  public:
-  // Creates the temp file (mode 0600, O_EXCL) in the destination's folder.
-  static Result<AtomicFileWriter> create(std::string final_path);
+  // Creates the temp file (mode 0600, O_EXCL, O_NOFOLLOW) in `dir`, to become `name` there.
+  static Result<AtomicFileWriter> create(const DirFd& dir, std::string name);
+  // The same for a path, opening its folder by path: for files outside the cache (an exported
+  // bundle goes wherever the user says).
+  static Result<AtomicFileWriter> create(const std::string& final_path);
 
   AtomicFileWriter(AtomicFileWriter&&) = default;
   AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
@@ -45,21 +54,23 @@ class AtomicFileWriter {
   // The writer is finished afterwards, whatever the outcome.
   Status commit(std::optional<struct timespec> mtime = std::nullopt);
 
-  const std::string& temp_path() const { return temp_path_; }
-  const std::string& final_path() const { return final_path_; }
+  // For messages.
+  std::string temp_path() const { return dir_.path_of(temp_name_); }
+  std::string final_path() const { return dir_.path_of(final_name_); }
 
  private:
-  AtomicFileWriter(UniqueFd fd, std::string temp_path, std::string final_path)
-      : fd_(std::move(fd)), temp_path_(std::move(temp_path)), final_path_(std::move(final_path)) {}
+  AtomicFileWriter(DirFd dir, UniqueFd fd, std::string temp_name, std::string final_name)
+      : dir_(std::move(dir)), fd_(std::move(fd)), temp_name_(std::move(temp_name)), final_name_(std::move(final_name)) {}
   void abandon();
 
+  DirFd dir_;
   UniqueFd fd_;
-  std::string temp_path_;
-  std::string final_path_;
+  std::string temp_name_;
+  std::string final_name_;
 };
 
-// Writes `bytes` to `path` through an AtomicFileWriter.
-Status write_file_atomic(const std::string& path, std::string_view bytes,
+// Writes `bytes` to `name` in `dir` through an AtomicFileWriter.
+Status write_file_atomic(const DirFd& dir, const std::string& name, std::string_view bytes,
                          std::optional<struct timespec> mtime = std::nullopt);
 
 }  // namespace flashjit::cache

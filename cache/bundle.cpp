@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "cache/atomic_file.hpp"
@@ -146,8 +147,16 @@ Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::str
 
 Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_path,
                                    const std::optional<std::string>& arch) {
-  auto entries = cache.list(arch);
-  if (!entries) return std::move(entries).error();
+  if (arch) FJ_TRY(validate_arch(*arch));
+  DiskCache::State& s = DiskCacheAccess::state(cache);
+  std::vector<ListedEntry> entries;
+  if (auto root = s.dir.open_root(/*create=*/false)) {
+    auto listed = list_entries(*root, arch);
+    if (!listed) return std::move(listed).error();
+    entries = std::move(listed).value();
+  } else if (root.error().code() != Code::not_found) {
+    return std::move(root).error();
+  }
   auto file = AtomicFileWriter::create(bundle_path);
   if (!file) return std::move(file).error();
   BundleWriter out(std::move(file).value());
@@ -157,12 +166,13 @@ Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_p
   FJ_TRY(out.write(head));
 
   ExportReport report;
-  for (const EntryInfo& info : *entries) {
+  for (const ListedEntry& e : entries) {
+    const EntryInfo& info = e.info;
     if (!info.problem.empty()) {
       report.skipped.push_back(BadEntry{info.path, info.problem});
       continue;
     }
-    auto payload = read_entry(info.path, entry_identity(info.key));
+    auto payload = read_entry(e.file.arch->dir, e.file.name, entry_identity(info.key));
     if (!payload) {
       if (payload.error().code() == Code::not_found) continue;  // evicted since the listing
       if (payload.error().code() != Code::corrupt) return std::move(payload).error();
@@ -201,26 +211,35 @@ Result<ImportReport> import_bundle(DiskCache& cache, const std::string& bundle_p
   DiskCache::State& s = DiskCacheAccess::state(cache);
   ImportReport report;
   report.entries = records->size();
+  if (records->empty()) return report;
+  auto root = s.dir.open_root(/*create=*/true);
+  if (!root) return std::move(root).error();
+  std::map<std::string, ArchDir> arches;
   for (const BundleRecord& r : *records) {
     if (!options.replace_existing) {
-      auto existing = load_entry(s, r.key, LoadMode{false, /*touch=*/false});
+      auto existing = load_entry(s, *root, r.key, LoadMode{false, /*touch=*/false});
       if (!existing) return std::move(existing).error();
       if (existing->has_value()) {
         report.already_present += 1;
         continue;
       }
     }
-    auto dir = s.dir.create_arch_dir(r.key.arch);
-    if (!dir) return std::move(dir).error();
+    auto it = arches.find(r.key.arch);
+    if (it == arches.end()) {
+      auto arch = CacheDir::create_arch_dir(*root, r.key.arch);
+      if (!arch) return std::move(arch).error();
+      it = arches.emplace(r.key.arch, std::move(arch).value()).first;
+    }
+    const ArchDir& arch = it->second;
     // Same discipline as DiskCache::store: hold the key's lock while publishing.
-    auto lock = FileLock::acquire_for(DiskCache::State::lock_path_for(cache.entry_path(r.key)), s.lock_timeout);
+    auto lock = FileLock::acquire_for(*arch.locks, lock_file_name(r.key), s.lock_timeout);
     if (!lock) return std::move(lock).error();
-    FJ_TRY(store_entry(s, r.key, r.payload));
+    FJ_TRY(store_entry(s, arch, r.key, r.payload));
     report.imported += 1;
     report.payload_bytes += r.payload.size();
   }
   // One cap check for the whole import rather than one per entry.
-  if (report.imported > 0) FJ_TRY(enforce_cap(s, ""));
+  if (report.imported > 0) FJ_TRY(enforce_cap(s, *root, ""));
   s.log("imported " + std::to_string(report.imported) + " of " + std::to_string(report.entries) +
         " entries from bundle '" + bundle_path + "'");
   return report;

@@ -8,6 +8,10 @@
 // entry's mtime serving purely as its last-used clock (never to judge freshness: the content
 // hash in the key does that).
 //
+// Cached kernels are executable code: every operation opens the root once, checks it on its
+// descriptor and reaches everything below through descriptors (cache_dir.hpp, private_dir.hpp),
+// and every entry file is checked before it is read (entry_file.hpp).
+//
 // Every method is safe to call from many threads at once, and many processes may share a root.
 #pragma once
 
@@ -35,8 +39,8 @@ struct Options {
   // count, optionally with a K/M/G/T suffix, binary), else kDefaultMaxBytes.
   std::optional<std::uint64_t> max_bytes;
   // Receives one line per notable event (corrupt entry dropped, eviction, lock wait given up,
-  // store failure). Calls are serialized. Empty: lines go to stderr when $FLASHJIT_LOG is set
-  // (and not "0"), else nowhere.
+  // store failure). Calls are serialized. Empty: lines go to stderr when
+  // $FLASHJIT_LOG is set (and not "0"), else nowhere.
   std::function<void(const std::string&)> logger;
   // How long get_or_build (and store) wait for another process holding the same key's lock.
   // After that they go ahead without it: publishing is atomic, so the only cost is a
@@ -153,7 +157,8 @@ class DiskCache {
   Result<Summary> scan() const;
   // All entries, or one arch's, sorted by arch then file name.
   Result<std::vector<EntryInfo>> list(const std::optional<std::string>& arch = std::nullopt) const;
-  // Reads every entry in full; optionally removes the bad ones.
+  // Reads every entry in full; optionally removes the bad ones (a folder in an entry's place is
+  // reported but never removed).
   Result<VerifyReport> verify(bool remove_bad = false);
   // Evicts least recently used entries until at most `max_bytes` remain; removes stale temp
   // files and unused lock files.

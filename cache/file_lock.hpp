@@ -6,7 +6,8 @@
 //
 // Lock files may be removed (prune/clear) while nobody holds them. To make that safe, a remover
 // only unlinks a file it has locked itself, and an acquirer that wins the lock checks that the
-// path still names the file it locked, retrying otherwise.
+// name still refers to the file it locked, retrying otherwise. Lock files are reached relative to
+// their folder's descriptor and never through a symlink.
 #pragma once
 
 #include <chrono>
@@ -21,13 +22,14 @@ namespace flashjit::cache {
 class FileLock {
  public:
   // Waits as long as it takes.
-  static Result<FileLock> acquire(const std::string& path);
+  static Result<FileLock> acquire(const DirFd& dir, const std::string& name);
 
   // Returns nullopt if someone else holds the lock; never waits.
-  static Result<std::optional<FileLock>> try_acquire(const std::string& path);
+  static Result<std::optional<FileLock>> try_acquire(const DirFd& dir, const std::string& name);
 
   // Polls (backing off to a few tens of milliseconds) until `timeout`; nullopt when it ran out.
-  static Result<std::optional<FileLock>> acquire_for(const std::string& path, std::chrono::milliseconds timeout);
+  static Result<std::optional<FileLock>> acquire_for(const DirFd& dir, const std::string& name,
+                                                     std::chrono::milliseconds timeout);
 
   FileLock(FileLock&&) = default;
   FileLock& operator=(FileLock&&) = default;
@@ -45,6 +47,6 @@ class FileLock {
 
 // Removes a lock file if no one holds it (see above). Returns true if it was removed; false if it
 // was held or already gone.
-Result<bool> remove_lock_file_if_unheld(const std::string& path);
+Result<bool> remove_lock_file_if_unheld(const DirFd& dir, const std::string& name);
 
 }  // namespace flashjit::cache

@@ -2,15 +2,18 @@
 // nothing else (names, timestamps) takes part.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 
 #include "compiler.hpp"
 #include "kernel_binaries.hpp"
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
+#include "tests/support/test_support.hpp"
 
 using namespace flashjit;
 
@@ -101,4 +104,36 @@ TEST_CASE("a corrupt cached kernel is a miss that is rebuilt and replaced, throu
   REQUIRE(fourth.ok());
   CHECK(fourth->origin == BinaryOrigin::disk);
   std::filesystem::remove_all(root);
+}
+
+// ---- issue 6 ----
+
+namespace {
+
+// A fresh private root under /tmp, removed at the end.
+struct ScratchRoot {
+  test_support::TempDir dir{"fj-binaries-test"};
+  std::string root() const { return dir / "root"; }
+};
+
+}  // namespace
+
+TEST_CASE("a FIFO in place of a cached kernel does not block the engine; it is rebuilt") {
+  ScratchRoot s;
+  const std::string root = s.root();
+  const Arch sm80 = Arch::parse("sm_80").value();
+  {
+    KernelBinaries bins(true, root, {});
+    const std::string path = bins.disk()->entry_path(KernelBinaries::cache_key(variant(), sm80).value());
+    REQUIRE(::mkdir((root + "/sm_80").c_str(), 0700) == 0);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  }
+  const int code = test_support::run_bounded(120, [&] {
+    KernelBinaries bins(true, root, {});
+    auto r = bins.get(variant(), sm80);
+    if (!r.ok() || r->origin != BinaryOrigin::compiled) return 1;
+    auto again = bins.get(variant(), sm80);
+    return again.ok() && again->origin == BinaryOrigin::disk ? 0 : 2;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means it blocked
 }
