@@ -259,7 +259,7 @@ Status DiskCache::store(const EntryKey& key, std::string_view payload) {
 }
 
 Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::function<Result<std::string>()>& build,
-                                            LookupOutcome* outcome) {
+                                            LookupOutcome* outcome, std::optional<Error>* store_error) {
   FJ_TRY(validate_entry_key(key));
   auto hit = [&](std::string payload, LookupOutcome how) -> Result<std::string> {
     s_->hits.fetch_add(1);
@@ -325,6 +325,7 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
   if (!stored) {
     s_->store_failures.fetch_add(1);
     s_->log("could not store '" + entry_identity(key) + "': " + stored.error().message());
+    if (store_error) *store_error = stored.error();
   } else if (Status capped = enforce_cap(*s_, *root, path); !capped) {
     s_->log("could not enforce the cache size cap: " + capped.error().message());
   }

@@ -143,12 +143,13 @@ class DiskCache {
   Status store(const EntryKey& key, std::string_view payload);
 
   // load(); on a miss, takes the key's lock, looks again, and otherwise runs `build` and stores
-  // its result. A failed build is returned as is and nothing is stored; a failed store is only
-  // logged, since the caller has its payload. `build` must not call get_or_build for another key
-  // that misses (that would hold this key's lock while the other compiles): such a call fails
-  // with invalid_argument.
+  // its result. A failed build is returned as is and nothing is stored. A failed store does not
+  // fail the call, since the caller has its payload: it is logged, counted, and given to
+  // `store_error` when that is set (so tools can report it). `build` must not call get_or_build
+  // for another key that misses (that would hold this key's lock while the other compiles): such
+  // a call fails with invalid_argument.
   Result<std::string> get_or_build(const EntryKey& key, const std::function<Result<std::string>()>& build,
-                                   LookupOutcome* outcome = nullptr);
+                                   LookupOutcome* outcome = nullptr, std::optional<Error>* store_error = nullptr);
 
   CacheStats stats() const;
 

@@ -88,9 +88,13 @@ TEST_CASE("entry kinds: a folder in place of an entry makes the store fail visib
   REQUIRE_FALSE(stored.ok());
   CHECK(stored.error().message().find(cache.entry_path(key)) != std::string::npos);
 
-  auto r = cache.get_or_build(key, builder_of("payload"));
+  std::optional<Error> store_error;
+  auto r = cache.get_or_build(key, builder_of("payload"), nullptr, &store_error);
   REQUIRE(r.ok());  // the caller still gets what was built
   CHECK(*r == "payload");
+  REQUIRE(store_error.has_value());  // and learns it was not kept
+  CHECK(store_error->message().find(cache.entry_path(key)) != std::string::npos);
+  CHECK(store_error->message().find("a folder is in its place") != std::string::npos);
   CHECK(cache.stats().store_failures == 1);
   CHECK(log.contains("could not store"));
   CHECK(exists(cache.entry_path(key)));  // a folder is never removed by the cache

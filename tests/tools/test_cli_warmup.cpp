@@ -165,6 +165,43 @@ std::string first_entry_path(const std::string& cache_dir) {
 
 }  // namespace
 
+TEST_CASE("warmup: a kernel that could not be stored is a failure, with the reason, and exit code 1") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  const std::string path = first_entry_path(cache);
+  REQUIRE(::mkdir((cache + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::mkdir(path.c_str(), 0700) == 0);  // a folder where the entry file goes
+
+  auto r = run_flashjit(small_warmup_args(cache));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  auto j = r.json();
+  CHECK(j["failed"] == 1);
+  CHECK(j["compiled"] == 1);
+  bool named = false;
+  for (const auto& v : j["variants"])
+    if (!v["error"].is_null()) named |= contains(v["error"].get<std::string>(), path);
+  CHECK(named);
+  CHECK(contains(r.err, "1 compiled, 0 already cached, 1 failed"));
+}
+
+TEST_CASE("warmup: an unsafe arch folder means the disk cache was not used, and warmup says so") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  REQUIRE(::mkdir(cache.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((cache + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::chmod((cache + "/sm_80").c_str(), 0777) == 0);
+
+  auto r = run_flashjit(small_warmup_args(cache));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.json()["failed"] == 2);
+  CHECK(contains(r.err, "disk cache was not used"));
+  CHECK(contains(r.err, cache + "/sm_80"));
+  CHECK(contains(r.err, "writable by group or others"));
+  CHECK(files_with_ext(cache, ".fjk").empty());
+}
+
 TEST_CASE("warmup: a FIFO in place of an entry file does not block warmup") {
   TempDir dir;
   const std::string cache = dir / "cache";
