@@ -265,6 +265,8 @@ Status TuningStore::put(const TuningKey& key, const TuningRecord& record) {
         .with("path", s_->path);
   std::map<std::string, TuningRecord> merged = std::move(parsed->records);
   merged[k] = r;
+  for (const std::string& stale : cache::remove_stale_temps(d->tuning))
+    s_->log("removed stale temp file '" + stale + "' (left by a writer that is gone)");
   FJ_TRY(cache::write_file_atomic(d->tuning, s_->file_name, serialize_tuning_file(s_->header, merged)));
   lock->release();
   s_->merge_into_memory(merged);  // other processes' keys come along for free

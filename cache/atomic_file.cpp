@@ -46,17 +46,31 @@ std::optional<long> temp_name_pid(std::string_view name) {
   return pid;
 }
 
-bool is_stale_temp(const DirFd& dir, const std::string& name, std::chrono::seconds max_age) {
+bool is_stale_temp(const DirFd& dir, const std::string& name, StaleRule rule, std::chrono::seconds max_age) {
   auto st = stat_at(dir, name);
   if (!st) return false;  // already gone
   if (!S_ISREG(st->st_mode) || st->st_uid != ::geteuid()) return false;
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  if (now.tv_sec - st->st_mtim.tv_sec > max_age.count()) return true;
+  const bool old = now.tv_sec - st->st_mtim.tv_sec > max_age.count();
   auto pid = temp_name_pid(name);
-  if (!pid) return true;  // a ".tmp-" name no writer of ours produced
-  // EPERM means the process exists but belongs to someone else: still alive.
-  return ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH;
+  // A ".tmp-" name no writer of ours produced has no writer to wait for. EPERM from kill()
+  // means the process exists but belongs to someone else: still alive.
+  const bool writer_gone = !pid || (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH);
+  return rule == StaleRule::old_or_writer_gone ? old || writer_gone : old && writer_gone;
+}
+
+std::vector<std::string> remove_stale_temps(const DirFd& dir, std::chrono::seconds max_age) {
+  std::vector<std::string> removed;
+  auto entries = list_dir(dir);
+  if (!entries) return removed;
+  const std::string_view prefix = kTempPrefix;
+  for (const DirEntry& e : *entries) {
+    if (e.name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!is_stale_temp(dir, e.name, StaleRule::old_and_writer_gone, max_age)) continue;
+    if (::unlinkat(dir.fd(), e.name.c_str(), 0) == 0) removed.push_back(dir.path_of(e.name));
+  }
+  return removed;
 }
 
 Result<AtomicFileWriter> AtomicFileWriter::create(const DirFd& dir, std::string name) {

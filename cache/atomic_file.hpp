@@ -1,8 +1,8 @@
 // Publishing a file all at once: bytes go to a temp file beside the destination
 // (".tmp-<pid>-<16 hex>"), are fsynced, and the temp file is renamed over the destination.
 // Readers see either the old file or the complete new one, never a partial write. A writer that
-// dies leaves only its temp file, which no reader opens and which cleanup removes once it is
-// stale (its pid is gone or it is older than kStaleTempAge).
+// dies leaves only its temp file, which no reader opens; the next write into the same folder
+// removes it once it is stale (remove_stale_temps), and `cache prune` removes it sooner.
 //
 // Everything happens relative to the folder's descriptor (DirFd), so the folder that was checked
 // is the folder written to, whatever happens to its path meanwhile.
@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cache/posix_io.hpp"
 #include "flashjit/status.hpp"
@@ -20,6 +21,8 @@
 namespace flashjit::cache {
 
 inline constexpr const char* kTempPrefix = ".tmp-";
+// A write takes milliseconds; a temp file untouched for ten minutes belongs to a writer that died
+// or was stopped, never to one still producing it.
 inline constexpr std::chrono::minutes kStaleTempAge{10};
 
 // A fresh ".tmp-<pid>-<random>" name; the random part comes from getrandom().
@@ -28,12 +31,22 @@ std::string make_temp_name();
 // The writer pid encoded in a temp file name, or nullopt if `name` is not a temp file name.
 std::optional<long> temp_name_pid(std::string_view name);
 
+// When a temp file may be removed. Either way it must be a regular file owned by this user (a
+// symlink, a folder or another user's file is never touched).
+enum class StaleRule {
+  // `cache prune`, which a person asked for: older than the age, or its writer's pid is not
+  // running here (the pid may live in another pid namespace, hence also the age rule).
+  old_or_writer_gone,
+  // Cleanup on every write, which nobody asked for: older than the age and its writer's pid not
+  // running here, so a writer that is merely stopped (SIGSTOP, a debugger) keeps its file.
+  old_and_writer_gone,
+};
+bool is_stale_temp(const DirFd& dir, const std::string& name, StaleRule rule,
+                   std::chrono::seconds max_age = kStaleTempAge);
 
-// True when a temp file can no longer belong to a live writer: its pid is not running (the pid
-// may live in another pid namespace, hence also the age rule) or it is older than `max_age`.
-// Only a regular file owned by this user is ever judged stale (a symlink, a folder or another
-// user's file is never touched).
-bool is_stale_temp(const DirFd& dir, const std::string& name, std::chrono::seconds max_age = kStaleTempAge);
+// Removes the temp files of `dir` that are stale under StaleRule::old_and_writer_gone; returns
+// the paths removed. Failures are skipped: this is housekeeping, never a reason to fail a write.
+std::vector<std::string> remove_stale_temps(const DirFd& dir, std::chrono::seconds max_age = kStaleTempAge);
 
 class AtomicFileWriter {
  public:

@@ -124,6 +124,9 @@ Result<std::optional<std::string>> load_entry(DiskCache::State& s, const Private
 
 Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key, std::string_view payload) {
   FJ_TRY(validate_entry_key(key));
+  for (const std::string& path : remove_stale_temps(arch.dir))
+    s.log("removed stale temp file '" + path + "' (its writer is gone and it is older than " +
+          std::to_string(std::chrono::duration_cast<std::chrono::minutes>(kStaleTempAge).count()) + " minutes)");
   FJ_TRY(write_entry(arch.dir, entry_file_name(key), entry_identity(key), payload));
   s.stores.fetch_add(1);
   s.bytes_written.fetch_add(entry_file_bytes(entry_identity(key).size(), payload.size()));

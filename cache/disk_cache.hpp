@@ -39,7 +39,7 @@ struct Options {
   // count, optionally with a K/M/G/T suffix, binary), else kDefaultMaxBytes.
   std::optional<std::uint64_t> max_bytes;
   // Receives one line per notable event (corrupt entry dropped, eviction, lock wait given up,
-  // store failure). Calls are serialized. Empty: lines go to stderr when
+  // store failure, stale temp file removed). Calls are serialized. Empty: lines go to stderr when
   // $FLASHJIT_LOG is set (and not "0"), else nowhere.
   std::function<void(const std::string&)> logger;
   // How long get_or_build (and store) wait for another process holding the same key's lock.

@@ -55,7 +55,8 @@ struct Leftovers {
 Result<Leftovers> remove_leftovers(DiskCache::State& s, const ScanResult& scan) {
   Leftovers out;
   for (const FoundFile& f : scan.temp_files) {
-    if (!is_stale_temp(f.arch->dir, f.name)) continue;  // a live writer is still filling it
+    // A live writer may still be filling it; prune was asked for, so the looser rule applies.
+    if (!is_stale_temp(f.arch->dir, f.name, StaleRule::old_or_writer_gone)) continue;
     if (::unlinkat(f.arch->dir.fd(), f.name.c_str(), 0) == 0) {
       out.temp_files += 1;
       s.log("removed stale temp file '" + f.path + "'");

@@ -60,7 +60,8 @@ Result<std::optional<std::string>> load_entry(DiskCache::State& s, const Private
 Result<std::optional<std::string>> load_entry_in(DiskCache::State& s, const ArchDir& arch, const EntryKey& key,
                                                  LoadMode mode);
 
-// Publishes into `arch` without locking and without enforcing the cap; counts the store.
+// Publishes into `arch` without locking and without enforcing the cap; counts the store. First
+// removes the folder's stale temp files (crashed writers' leftovers).
 Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key, std::string_view payload);
 
 // Takes the maintenance lock and evicts down to the cap, sparing the entry at `protect_path`.

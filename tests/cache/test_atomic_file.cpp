@@ -85,19 +85,23 @@ TEST_CASE("atomic_file: a writer killed mid-write leaves only a stale temp file"
   std::string temp;
   for (const auto& f : files_in(dir.path())) temp = f;
   const PrivateDir d = private_dir(dir.path());
-  CHECK(is_stale_temp(d, temp));  // its pid is gone
+  CHECK(is_stale_temp(d, temp, StaleRule::old_or_writer_gone));  // its pid is gone
+  CHECK_FALSE(is_stale_temp(d, temp, StaleRule::old_and_writer_gone));  // but it is fresh
 }
 
-TEST_CASE("atomic_file: a live writer's temp file is stale only when old") {
+TEST_CASE("atomic_file: a live writer's temp file is stale for prune only when old, never for cleanup on write") {
   TempDir dir;
   const PrivateDir d = private_dir(dir.path());
   const std::string name = make_temp_name();  // our own pid: alive
   write_file(dir / name, "x");
-  CHECK_FALSE(is_stale_temp(d, name));
+  CHECK_FALSE(is_stale_temp(d, name, StaleRule::old_or_writer_gone));
   timespec old[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
   ::utimensat(AT_FDCWD, (dir / name).c_str(), old, 0);
-  CHECK(is_stale_temp(d, name));
-  CHECK_FALSE(is_stale_temp(d, ".tmp-1-gone"));  // no file: nothing to clean
+  CHECK(is_stale_temp(d, name, StaleRule::old_or_writer_gone));
+  CHECK_FALSE(is_stale_temp(d, name, StaleRule::old_and_writer_gone));  // a stopped writer may resume
+  CHECK(remove_stale_temps(d).empty());
+  CHECK(exists(dir / name));
+  CHECK_FALSE(is_stale_temp(d, ".tmp-1-gone", StaleRule::old_or_writer_gone));  // no file: nothing to clean
 }
 
 TEST_CASE("atomic_file: a folder in place of the destination makes commit fail, naming it") {
