@@ -99,7 +99,14 @@ struct Autotuner::State {
     if (lock && !lock->has_value()) {
       waited = true;
       log("waiting for another process tuning " + key.to_string());
-      lock = cache::FileLock::acquire_for(*dir, name, options.key_lock_timeout);
+      cache::LockWaitNotices notices;
+      if (logger)
+        notices.notify = [this, &key](const cache::LockWait& w) {
+          log("lock wait: waited " + std::to_string(w.waited.count() / 1000) + " s for the process tuning " +
+              key.to_string() + " ('" + w.path + "'), held by " + w.holder + "; tuning here too after " +
+              std::to_string(w.timeout.count() / 1000) + " s");
+        };
+      lock = cache::FileLock::acquire_for(*dir, name, options.key_lock_timeout, notices);
       if (lock && !lock->has_value()) {
         log("gave up waiting for the other process tuning " + key.to_string() + "; tuning it here too");
         return std::nullopt;

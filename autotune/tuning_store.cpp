@@ -111,8 +111,18 @@ struct TuningStore::State {
     return Dirs{std::move(tuning).value(), std::move(locks_dir).value()};
   }
 
+  cache::LockWaitNotices lock_notices() const {
+    cache::LockWaitNotices n;
+    if (logger)
+      n.notify = [this](const cache::LockWait& w) {
+        log("lock wait: waited " + std::to_string(w.waited.count() / 1000) + " s for the tuning file lock '" + w.path +
+            "', held by " + w.holder + "; giving up after " + std::to_string(w.timeout.count() / 1000) + " s");
+      };
+    return n;
+  }
+
   Result<cache::FileLock> lock_file(const Dirs& d) const {
-    auto lock = cache::FileLock::acquire_for(d.locks, lock_name, kTuningFileLockTimeout);
+    auto lock = cache::FileLock::acquire_for(d.locks, lock_name, kTuningFileLockTimeout, lock_notices());
     if (!lock) return std::move(lock).error();
     if (!lock->has_value())
       return Error(Code::io_error, "timed out after " + std::to_string(kTuningFileLockTimeout.count()) +

@@ -272,7 +272,8 @@ Result<ImportReport> import_bundle(DiskCache& cache, const std::string& bundle_p
     const ArchDir& arch = it->second;
     const std::string name = entry_file_name(r.key), identity = entry_identity(r.key);
     // Same discipline as DiskCache::store: hold the key's lock while looking and publishing.
-    auto lock = FileLock::acquire_for(*arch.locks, lock_file_name(r.key), s.lock_timeout);
+    auto lock = FileLock::acquire_for(*arch.locks, lock_file_name(r.key), s.lock_timeout,
+                                      s.lock_notices(identity, "importing without it"));
     if (!lock) return stopped(lock.error());
     std::string other;
     auto at = inspect_target(arch, name, identity, &other);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -58,6 +59,13 @@ void touch_entry(const DirFd& dir, const std::string& name) {
   ::utimensat(dir.fd(), name.c_str(), times, AT_SYMLINK_NOFOLLOW);
 }
 
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ms < std::chrono::seconds(10) ? "%.1f s" : "%.0f s",
+                static_cast<double>(ms.count()) / 1000.0);
+  return buf;
+}
+
 }  // namespace
 
 // ---- State ----
@@ -66,6 +74,18 @@ void DiskCache::State::log(const std::string& line) {
   if (!logger) return;
   std::lock_guard<std::mutex> guard(log_mutex);
   logger(line);
+}
+
+LockWaitNotices DiskCache::State::lock_notices(const std::string& what, const std::string& then) {
+  LockWaitNotices n;
+  n.first_after = lock_wait_notice_after;
+  n.every = lock_wait_notice_every;
+  if (!logger) return n;
+  n.notify = [this, what, then](const LockWait& w) {
+    log("lock wait: waited " + seconds_text(w.waited) + " for the lock of '" + what + "' ('" + w.path +
+        "'), held by " + w.holder + "; " + then + " after " + seconds_text(w.timeout));
+  };
+  return n;
 }
 
 // ---- shared internals ----
@@ -249,7 +269,8 @@ Status DiskCache::store(const EntryKey& key, std::string_view payload) {
     // one. Inside a build callback this thread may already hold it: do not wait on ourselves.
     std::optional<FileLock> held;
     if (!t_building) {
-      auto lock = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout);
+      auto lock = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout,
+                                        s_->lock_notices(entry_identity(key), "storing without it"));
       if (!lock) return std::move(lock).error();
       held = std::move(lock).value();
       if (!held)
@@ -297,7 +318,8 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
   const std::string path = entry_path(key);
 
   std::optional<FileLock> lock;
-  auto acquired = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout);
+  auto acquired = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout,
+                                        s_->lock_notices(entry_identity(key), "building without it"));
   if (!acquired)
     s_->log("cannot lock '" + entry_identity(key) + "', building without the lock: " + acquired.error().message());
   else if (!acquired->has_value())

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cache/entry_key.hpp"
+#include "cache/file_lock.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::cache {
@@ -38,7 +39,7 @@ struct Options {
   // Cap on the bytes of all entries of all arches. Unset: $FLASHJIT_CACHE_MAX_BYTES (a byte
   // count, optionally with a K/M/G/T suffix, binary), else kDefaultMaxBytes.
   std::optional<std::uint64_t> max_bytes;
-  // Receives one line per notable event (corrupt entry dropped, eviction, lock wait given up,
+  // Receives one line per notable event (corrupt entry dropped, eviction, a long lock wait,
   // store failure, stale temp file removed). Calls are serialized. Empty: lines go to stderr when
   // $FLASHJIT_LOG is set (and not "0"), else nowhere.
   std::function<void(const std::string&)> logger;
@@ -46,6 +47,10 @@ struct Options {
   // After that they go ahead without it: publishing is atomic, so the only cost is a
   // duplicate build.
   std::chrono::milliseconds lock_timeout = std::chrono::minutes(5);
+  // A wait for a key's lock is logged (who holds it, how long we have waited) after this long,
+  // then every `lock_wait_notice_every`, until it ends (file_lock.hpp says why these values).
+  std::chrono::milliseconds lock_wait_notice_after = kLockWaitNoticeAfter;
+  std::chrono::milliseconds lock_wait_notice_every = kLockWaitNoticeEvery;
 };
 
 // How get_or_build got its payload.

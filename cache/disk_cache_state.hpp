@@ -26,18 +26,25 @@ struct DiskCache::State {
       : dir(std::move(d)),
         max_bytes(cap),
         logger(std::move(log_fn)),
-        lock_timeout(o.lock_timeout) {}
+        lock_timeout(o.lock_timeout),
+        lock_wait_notice_after(o.lock_wait_notice_after),
+        lock_wait_notice_every(o.lock_wait_notice_every) {}
 
   const CacheDir dir;
   const std::uint64_t max_bytes;
   const std::function<void(const std::string&)> logger;
   const std::chrono::milliseconds lock_timeout;
+  const std::chrono::milliseconds lock_wait_notice_after;
+  const std::chrono::milliseconds lock_wait_notice_every;
   std::mutex log_mutex;
 
   std::atomic<std::uint64_t> hits{0}, misses{0}, corrupt{0}, stores{0}, store_failures{0}, bytes_read{0},
       bytes_written{0}, evictions{0}, builds{0}, build_us{0};
 
   void log(const std::string& line);
+  // Notices for a wait on the lock of `what` (a key), logged as "lock wait: ...; <then> after
+  // <timeout>" so a stopped holder is never a silent wait.
+  LockWaitNotices lock_notices(const std::string& what, const std::string& then);
 };
 
 class DiskCacheAccess {

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <thread>
 
+#include "cache/lock_holder.hpp"
+
 namespace flashjit::cache {
 
 namespace {
@@ -27,14 +29,19 @@ Result<bool> still_named(const DirFd& dir, const std::string& name, int fd) {
 }
 
 // One try: open (creating) the lock file, flock it, and make sure the name still refers to the
-// file we locked. `wait` selects a blocking flock.
-Result<Attempt> attempt(const DirFd& dir, const std::string& name, bool wait, UniqueFd& out) {
+// file we locked. `wait` selects a blocking flock. `busy_fd`, when given, keeps the descriptor of
+// a busy lock file (to ask who holds it).
+Result<Attempt> attempt(const DirFd& dir, const std::string& name, bool wait, UniqueFd& out,
+                        UniqueFd* busy_fd = nullptr) {
   auto fd = open_at(dir, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
   if (!fd) return std::move(fd).error();
   int op = LOCK_EX | (wait ? 0 : LOCK_NB);
   while (::flock(fd->get(), op) != 0) {
     if (errno == EINTR) continue;
-    if (errno == EWOULDBLOCK) return Attempt::busy;
+    if (errno == EWOULDBLOCK) {
+      if (busy_fd) *busy_fd = std::move(fd).value();
+      return Attempt::busy;
+    }
     return sys_error(Code::io_error, "cannot lock", dir.path_of(name), errno);
   }
   auto same = still_named(dir, name, fd->get());
@@ -66,18 +73,26 @@ Result<std::optional<FileLock>> FileLock::try_acquire(const DirFd& dir, const st
 }
 
 Result<std::optional<FileLock>> FileLock::acquire_for(const DirFd& dir, const std::string& name,
-                                                     std::chrono::milliseconds timeout) {
+                                                     std::chrono::milliseconds timeout,
+                                                     const LockWaitNotices& notices) {
   using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + timeout;
+  const auto start = clock::now();
+  const auto deadline = start + timeout;
+  auto next_notice = start + notices.first_after;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    UniqueFd fd;
-    auto a = attempt(dir, name, /*wait=*/false, fd);
+    UniqueFd fd, busy;
+    auto a = attempt(dir, name, /*wait=*/false, fd, notices.notify ? &busy : nullptr);
     if (!a) return std::move(a).error();
     if (*a == Attempt::locked) return std::optional<FileLock>(FileLock(std::move(fd), dir.path_of(name)));
     if (*a == Attempt::replaced) continue;
     auto now = clock::now();
     if (now >= deadline) return std::optional<FileLock>();
+    if (notices.notify && now >= next_notice) {
+      notices.notify(LockWait{dir.path_of(name), std::chrono::duration_cast<std::chrono::milliseconds>(now - start),
+                              timeout, describe_holder(flock_holder(busy.get()))});
+      next_notice = now + std::max(notices.every, std::chrono::milliseconds(1));
+    }
     // Backing off keeps many waiters cheap; the cap bounds the delay after a holder lets go
     // (builds take seconds, so a few tens of milliseconds do not matter).
     std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));

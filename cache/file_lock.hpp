@@ -8,9 +8,13 @@
 // only unlinks a file it has locked itself, and an acquirer that wins the lock checks that the
 // name still refers to the file it locked, retrying otherwise. Lock files are reached relative to
 // their folder's descriptor and never through a symlink.
+//
+// A holder that is stopped (SIGSTOP, a debugger), not killed, keeps its lock: waiters with a
+// timeout then say, while they wait, who holds it and for how long they have waited.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -18,6 +22,27 @@
 #include "flashjit/status.hpp"
 
 namespace flashjit::cache {
+
+// A build takes about a second: after five seconds of waiting the holder is slow, stuck or
+// stopped, and whoever waits should hear about it.
+inline constexpr std::chrono::seconds kLockWaitNoticeAfter{5};
+// Often enough to show a wait is still going on, rare enough not to flood a log over a wait of
+// minutes.
+inline constexpr std::chrono::seconds kLockWaitNoticeEvery{30};
+
+// One notice of a wait that is still going on.
+struct LockWait {
+  std::string path;                  // the lock file
+  std::chrono::milliseconds waited;  // so far
+  std::chrono::milliseconds timeout;
+  std::string holder;                // describe_holder(): "pid 1234 (T (stopped))", ...
+};
+
+struct LockWaitNotices {
+  std::chrono::milliseconds first_after = kLockWaitNoticeAfter;
+  std::chrono::milliseconds every = kLockWaitNoticeEvery;
+  std::function<void(const LockWait&)> notify;  // empty: wait silently
+};
 
 class FileLock {
  public:
@@ -28,8 +53,10 @@ class FileLock {
   static Result<std::optional<FileLock>> try_acquire(const DirFd& dir, const std::string& name);
 
   // Polls (backing off to a few tens of milliseconds) until `timeout`; nullopt when it ran out.
+  // `notices.notify` hears about the wait after `first_after`, then every `every`.
   static Result<std::optional<FileLock>> acquire_for(const DirFd& dir, const std::string& name,
-                                                     std::chrono::milliseconds timeout);
+                                                     std::chrono::milliseconds timeout,
+                                                     const LockWaitNotices& notices = {});
 
   FileLock(FileLock&&) = default;
   FileLock& operator=(FileLock&&) = default;

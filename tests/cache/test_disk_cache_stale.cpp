@@ -1,5 +1,6 @@
 // What other processes leave behind (issue 6, item 10): temp files of writers that crashed, which
-// the next write cleans.
+// the next write cleans, and a lock holder that was stopped rather than killed, which waiters
+// name while they wait.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -75,4 +76,53 @@ TEST_CASE("stale: the next write removes crashed writers' old temp files, and on
   CHECK(log.contains(crashed));
   CHECK(cache.load(make_key("first"))->has_value());
   CHECK(cache.load(make_key("second"))->has_value());
+}
+
+TEST_CASE("stale: a stopped lock holder is named while others wait, and the wait still ends") {
+  TempDir tmp;
+  const std::string root = tmp / "root";
+  const EntryKey key = make_key("slow");
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
+    Options o;
+    o.root = root;
+    auto cache = DiskCache::open(o);
+    if (!cache.ok()) ::_exit(3);
+    (void)cache->get_or_build(key, [&]() -> Result<std::string> {
+      child.tell_parent();
+      ::raise(SIGSTOP);  // stopped, not killed: its flock stays held
+      return std::string("from child");
+    });
+    ::_exit(0);
+  });
+  REQUIRE(child.reached());
+
+  LogSink log;
+  Options o;
+  o.root = root;
+  o.logger = log.fn();
+  o.lock_timeout = 1500ms;
+  o.lock_wait_notice_after = 300ms;
+  o.lock_wait_notice_every = 400ms;
+  auto cache = DiskCache::open(o);
+  REQUIRE(cache.ok());
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = cache->get_or_build(key, [] { return Result<std::string>(std::string("from parent")); });
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(child.kill() == 128 + SIGKILL);
+  child.close_pipe();
+  REQUIRE(r.ok());
+  CHECK(*r == "from parent");
+  CHECK(waited >= 1500ms);  // the total timeout is kept
+  const std::string pid = std::to_string(child.pid());
+  CHECK_MESSAGE(log.contains("held by pid " + pid), "log lines:\n" << [&] {
+    std::string all;
+    for (const auto& l : log.lines()) all += l + "\n";
+    return all;
+  }());
+  CHECK(log.contains("stopped"));
+  CHECK(log.count("lock wait: waited") >= 2);  // periodically, not once
+  CHECK(log.contains("building without it after 1.5 s"));
+  CHECK(log.contains("waited 1500 ms for the lock"));  // and the end of the wait, as before
 }

@@ -159,3 +159,49 @@ TEST_CASE("file_lock: a symlink in place of a lock file is never followed") {
   REQUIRE_FALSE(lock.ok());
   CHECK(read_file(tmp / "target") == "keep");
 }
+
+TEST_CASE("file_lock: a long wait is reported with the holder's pid and state, periodically") {
+  TempDir tmp;
+  const PrivateDir dir = private_dir(tmp.path());
+  ChildToKill child;
+  REQUIRE(child.pipe_ok());
+  child.start([&]() -> int {
+    auto lock = FileLock::acquire(dir, "k.lock");
+    if (!lock.ok()) ::_exit(1);
+    child.tell_parent();
+    ::raise(SIGSTOP);  // stopped with the lock held
+    ::_exit(2);
+  });
+  REQUIRE(child.reached());
+  std::vector<LockWait> notices;
+  LockWaitNotices n;
+  n.first_after = 100ms;
+  n.every = 150ms;
+  n.notify = [&](const LockWait& w) { notices.push_back(w); };
+  auto lock = FileLock::acquire_for(dir, "k.lock", 700ms, n);
+  CHECK(child.kill() == 128 + SIGKILL);
+  child.close_pipe();
+  REQUIRE(lock.ok());
+  CHECK_FALSE(lock->has_value());
+  REQUIRE(notices.size() >= 3);
+  CHECK(notices[0].waited >= 100ms);
+  CHECK(notices[1].waited >= notices[0].waited + 150ms);
+  CHECK(notices[0].timeout == 700ms);
+  CHECK(notices[0].path == tmp / "k.lock");
+  CHECK_MESSAGE(notices.back().holder.find("pid " + std::to_string(child.pid())) == 0, notices.back().holder);
+  CHECK(notices.back().holder.find("stopped") != std::string::npos);
+}
+
+TEST_CASE("file_lock: a short wait is silent") {
+  TempDir tmp;
+  const PrivateDir dir = private_dir(tmp.path());
+  auto held = FileLock::acquire(dir, "k.lock");
+  REQUIRE(held.ok());
+  int calls = 0;
+  LockWaitNotices n;
+  n.notify = [&](const LockWait&) { ++calls; };
+  auto lock = FileLock::acquire_for(dir, "k.lock", 50ms, n);  // well under kLockWaitNoticeAfter
+  REQUIRE(lock.ok());
+  CHECK_FALSE(lock->has_value());
+  CHECK(calls == 0);
+}

@@ -176,8 +176,9 @@ int run(Context& ctx, const WarmupOptions& o) {
   EngineOptions eo;
   eo.cache_dir = root.value();
   eo.disk_cache = true;
+  // A lock wait is shown even without --verbose: otherwise a stopped holder is minutes of silence.
   eo.log = [sink, verbose = o.verbose](const std::string& line) {
-    if (verbose) (*sink)(line);
+    if (verbose || line.rfind("lock wait: ", 0) == 0) (*sink)(line);
   };
   auto engine = Engine::create(eo);
   if (!engine.ok()) return failure(ctx, kCommand, "", engine.error());
