@@ -64,12 +64,11 @@ struct Autotuner::State {
     ++(stats.*counter);
   }
 
-  std::string key_lock_path(const TuningKey& key) const {
+  std::string key_lock_name(const TuningKey& key) const {
     std::string stem = cache::file_name(store->path());
     stem.resize(stem.size() - kTuningFileExtension.size());
     const std::string k = key.to_string();
-    return cache::join_path(store->locks_dir(),
-                            stem + "--" + lock_name_part(k) + "-" + hash_hex(k).substr(0, 16) + ".lock");
+    return stem + "--" + lock_name_part(k) + "-" + hash_hex(k).substr(0, 16) + ".lock";
   }
 
   // A current stored record whose tiling is one this caller could run.
@@ -89,12 +88,25 @@ struct Autotuner::State {
   // Takes the key's cross-process lock, waiting up to the timeout; sets `waited` when another
   // process held it. Nullopt (logged) when it could not be had: tuning goes ahead without it.
   std::optional<cache::FileLock> lock_key(const TuningKey& key, bool& waited) const {
-    const std::string path = key_lock_path(key);
-    auto lock = cache::FileLock::try_acquire(path);
+    const std::string name = key_lock_name(key);
+    const std::string path = cache::join_path(store->locks_dir(), name);
+    auto dir = store->open_locks_dir();
+    if (!dir) {
+      log("cannot lock " + path + " (" + dir.error().message() + "); tuning without it");
+      return std::nullopt;
+    }
+    auto lock = cache::FileLock::try_acquire(*dir, name);
     if (lock && !lock->has_value()) {
       waited = true;
       log("waiting for another process tuning " + key.to_string());
-      lock = cache::FileLock::acquire_for(path, options.key_lock_timeout);
+      cache::LockWaitNotices notices;
+      if (logger)
+        notices.notify = [this, &key](const cache::LockWait& w) {
+          log("lock wait: waited " + std::to_string(w.waited.count() / 1000) + " s for the process tuning " +
+              key.to_string() + " ('" + w.path + "'), held by " + w.holder + "; tuning here too after " +
+              std::to_string(w.timeout.count() / 1000) + " s");
+        };
+      lock = cache::FileLock::acquire_for(*dir, name, options.key_lock_timeout, notices);
       if (lock && !lock->has_value()) {
         log("gave up waiting for the other process tuning " + key.to_string() + "; tuning it here too");
         return std::nullopt;

@@ -1,7 +1,6 @@
 #include "autotune/tuning_store.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
+#include <stdio.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -23,30 +22,33 @@ namespace {
 // Read size per call: a typical tuning file fits in one or two reads.
 constexpr std::size_t kReadChunkBytes = 64 * 1024;
 
-// Reads a whole file; nullopt when it does not exist. Never follows a symlink at the path.
-Result<std::optional<std::string>> read_small_file(const std::string& path) {
-  auto fd = cache::open_fd(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd) {
-    if (fd.error().code() == Code::not_found) return std::optional<std::string>();
-    return std::move(fd).error();
+// Reads the whole file `name` of `dir`; nullopt when it does not exist. The file is checked on its
+// descriptor before a byte is read (a regular file, ours, writable by nobody else; a FIFO never
+// blocks): one that fails, or is too large, is Code::corrupt, so it is moved aside.
+Result<std::optional<std::string>> read_small_file(const cache::PrivateDir& dir, const std::string& name) {
+  const std::string path = dir.path_of(name);
+  auto file = cache::open_private_file(dir, name);
+  if (!file) {
+    if (file.error().code() == Code::not_found) return std::optional<std::string>();
+    if (file.error().code() == Code::permission_denied)
+      return Error(Code::corrupt, file.error().message()).with("path", path);
+    return std::move(file).error();
   }
+  auto too_large = [&] {
+    return Error(Code::corrupt, "tuning file '" + path + "' is larger than " + std::to_string(kMaxTuningFileBytes) +
+                                    " bytes")
+        .with("path", path);
+  };
+  if (file->size > kMaxTuningFileBytes) return too_large();
   std::string data;
   std::string buf(kReadChunkBytes, '\0');
   for (;;) {
-    auto n = cache::read_up_to(fd->get(), buf.data(), buf.size(), path);
+    auto n = cache::read_up_to(file->fd.get(), buf.data(), buf.size(), path);
     if (!n) return std::move(n).error();
     data.append(buf.data(), *n);
-    if (data.size() > kMaxTuningFileBytes)
-      return Error(Code::corrupt, "tuning file '" + path + "' is larger than " +
-                                      std::to_string(kMaxTuningFileBytes) + " bytes")
-          .with("path", path);
+    if (data.size() > kMaxTuningFileBytes) return too_large();
     if (*n < buf.size()) return std::optional<std::string>(std::move(data));
   }
-}
-
-bool path_exists(const std::string& path) {
-  struct stat st{};
-  return ::lstat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -74,7 +76,8 @@ std::string tuning_file_name(std::string_view arch, std::string_view device_name
 }
 
 struct TuningStore::State {
-  std::string root, dir, locks, path, lock_path;
+  std::string root, dir, locks, path, lock_path;  // for messages
+  std::string file_name, lock_name;
   TuningFileHeader header;  // this process: device, arch and the versions records must match
   Logger logger;
   KnobTableLookup knobs;
@@ -94,14 +97,33 @@ struct TuningStore::State {
     log(line);
   }
 
-  Status ensure_dirs() const {
-    FJ_TRY(cache::ensure_private_dir(root, /*follow_symlink=*/true));
-    FJ_TRY(cache::ensure_private_dir(dir, /*follow_symlink=*/false));
-    return cache::ensure_private_dir(locks, /*follow_symlink=*/false);
+  // <root>/tuning and <root>/tuning/locks, opened through the root's descriptor and checked now;
+  // created when missing (the cache may have been cleared while we ran).
+  struct Dirs {
+    cache::PrivateDir tuning, locks;
+  };
+  Result<Dirs> open_dirs() const {
+    auto r = cache::PrivateDir::open_root(root, /*create=*/true);
+    if (!r) return std::move(r).error();
+    auto tuning = r->open_sub(kTuningDirName, /*create=*/true);
+    if (!tuning) return std::move(tuning).error();
+    auto locks_dir = tuning->open_sub(kTuningLocksDirName, /*create=*/true);
+    if (!locks_dir) return std::move(locks_dir).error();
+    return Dirs{std::move(tuning).value(), std::move(locks_dir).value()};
   }
 
-  Result<cache::FileLock> lock_file() const {
-    auto lock = cache::FileLock::acquire_for(lock_path, kTuningFileLockTimeout);
+  cache::LockWaitNotices lock_notices() const {
+    cache::LockWaitNotices n;
+    if (logger)
+      n.notify = [this](const cache::LockWait& w) {
+        log("lock wait: waited " + std::to_string(w.waited.count() / 1000) + " s for the tuning file lock '" + w.path +
+            "', held by " + w.holder + "; giving up after " + std::to_string(w.timeout.count() / 1000) + " s");
+      };
+    return n;
+  }
+
+  Result<cache::FileLock> lock_file(const Dirs& d) const {
+    auto lock = cache::FileLock::acquire_for(d.locks, lock_name, kTuningFileLockTimeout, lock_notices());
     if (!lock) return std::move(lock).error();
     if (!lock->has_value())
       return Error(Code::io_error, "timed out after " + std::to_string(kTuningFileLockTimeout.count()) +
@@ -112,12 +134,12 @@ struct TuningStore::State {
 
   // Renames a corrupt file out of the way, keeping it for inspection. Only under the file lock:
   // a reader without it could rename a good file another writer had just published.
-  void move_aside(const std::string& problem) const {
-    const std::string base = path + ".corrupt-" + std::to_string(static_cast<long long>(std::time(nullptr)));
+  void move_aside(const Dirs& d, const std::string& problem) const {
+    const std::string base = file_name + ".corrupt-" + std::to_string(static_cast<long long>(std::time(nullptr)));
     std::string aside = base;
-    for (int n = 2; path_exists(aside); ++n) aside = base + "-" + std::to_string(n);
-    if (::rename(path.c_str(), aside.c_str()) == 0)
-      log("tuning file '" + path + "' is unusable (" + problem + "); moved aside to '" + aside +
+    for (int n = 2; cache::stat_at(d.tuning, aside).ok(); ++n) aside = base + "-" + std::to_string(n);
+    if (::renameat(d.tuning.fd(), file_name.c_str(), d.tuning.fd(), aside.c_str()) == 0)
+      log("tuning file '" + path + "' is unusable (" + problem + "); moved aside to '" + d.tuning.path_of(aside) +
           "', starting empty");
     else
       log("tuning file '" + path + "' is unusable (" + problem + ") and could not be moved aside: " +
@@ -126,8 +148,8 @@ struct TuningStore::State {
 
   // Reads and parses the file (missing: empty). With `holding_lock`, a corrupt file is moved
   // aside and the result is an empty, ok file.
-  Result<ParsedTuningFile> load(bool holding_lock) const {
-    auto text = read_small_file(path);
+  Result<ParsedTuningFile> load(const Dirs& d, bool holding_lock) const {
+    auto text = read_small_file(d.tuning, file_name);
     ParsedTuningFile parsed;
     if (!text) {
       if (text.error().code() != Code::corrupt) return std::move(text).error();
@@ -137,7 +159,7 @@ struct TuningStore::State {
       parsed = parse_tuning_file(**text, header, knobs);
     }
     if (parsed.state == TuningFileState::corrupt && holding_lock) {
-      move_aside(parsed.problem);
+      move_aside(d, parsed.problem);
       return ParsedTuningFile{};
     }
     if (parsed.state == TuningFileState::newer_format)
@@ -150,15 +172,17 @@ struct TuningStore::State {
 
   // load() for readers: the lock is taken only when the file turns out corrupt, to move it aside.
   Result<ParsedTuningFile> load_for_reading() const {
-    auto parsed = load(/*holding_lock=*/false);
+    auto d = open_dirs();
+    if (!d) return std::move(d).error();
+    auto parsed = load(*d, /*holding_lock=*/false);
     if (!parsed || parsed->state != TuningFileState::corrupt) return parsed;
-    auto lock = lock_file();
+    auto lock = lock_file(*d);
     if (!lock) {
       log("tuning file '" + path + "' is unusable (" + parsed->problem + "); ignoring it (" +
           lock.error().message() + ")");
       return ParsedTuningFile{};
     }
-    return load(/*holding_lock=*/true);  // it may have been replaced by a good one meanwhile
+    return load(*d, /*holding_lock=*/true);  // it may have been replaced by a good one meanwhile
   }
 
   void merge_into_memory(const std::map<std::string, TuningRecord>& from_disk) {
@@ -189,14 +213,14 @@ Result<TuningStore> TuningStore::open(std::optional<std::string> root, std::stri
   s->root = dir->root();
   s->dir = cache::join_path(s->root, kTuningDirName);
   s->locks = cache::join_path(s->dir, kTuningLocksDirName);
-  const std::string file = tuning_file_name(arch, device_name);
-  s->path = cache::join_path(s->dir, file);
-  s->lock_path = cache::join_path(s->locks, file.substr(0, file.size() - kTuningFileExtension.size()) + ".lock");
+  s->file_name = tuning_file_name(arch, device_name);
+  s->lock_name = s->file_name.substr(0, s->file_name.size() - kTuningFileExtension.size()) + ".lock";
+  s->path = cache::join_path(s->dir, s->file_name);
+  s->lock_path = cache::join_path(s->locks, s->lock_name);
   s->header = TuningFileHeader{std::move(device_name), std::move(arch), std::move(nvrtc_version),
                                std::move(driver_version)};
   s->logger = logger ? serialized_logger(std::move(logger)) : default_logger();
   s->knobs = std::move(knobs);
-  FJ_TRY(s->ensure_dirs());
 
   auto parsed = s->load_for_reading();
   if (!parsed) return std::move(parsed).error();
@@ -242,10 +266,11 @@ Status TuningStore::put(const TuningKey& key, const TuningRecord& record) {
     s_->records[k] = r;
   }
 
-  FJ_TRY(s_->ensure_dirs());  // the cache may have been cleared while we ran
-  auto lock = s_->lock_file();
+  auto d = s_->open_dirs();  // one root for the whole put: the folder checked is the folder written
+  if (!d) return std::move(d).error();
+  auto lock = s_->lock_file(*d);
   if (!lock) return std::move(lock).error();
-  auto parsed = s_->load(/*holding_lock=*/true);
+  auto parsed = s_->load(*d, /*holding_lock=*/true);
   if (!parsed) return std::move(parsed).error();
   if (parsed->state == TuningFileState::newer_format)
     return Error(Code::unsupported, "tuning file '" + s_->path + "': " + parsed->problem +
@@ -253,7 +278,9 @@ Status TuningStore::put(const TuningKey& key, const TuningRecord& record) {
         .with("path", s_->path);
   std::map<std::string, TuningRecord> merged = std::move(parsed->records);
   merged[k] = r;
-  FJ_TRY(cache::write_file_atomic(s_->path, serialize_tuning_file(s_->header, merged)));
+  for (const std::string& stale : cache::remove_stale_temps(d->tuning))
+    s_->log("removed stale temp file '" + stale + "' (left by a writer that is gone)");
+  FJ_TRY(cache::write_file_atomic(d->tuning, s_->file_name, serialize_tuning_file(s_->header, merged)));
   lock->release();
   s_->merge_into_memory(merged);  // other processes' keys come along for free
   return {};
@@ -269,6 +296,12 @@ Status TuningStore::reload() {
 std::vector<std::pair<std::string, TuningRecord>> TuningStore::records() const {
   std::lock_guard<std::mutex> guard(s_->mutex);
   return {s_->records.begin(), s_->records.end()};
+}
+
+Result<cache::PrivateDir> TuningStore::open_locks_dir() const {
+  auto d = s_->open_dirs();
+  if (!d) return std::move(d).error();
+  return std::move(d->locks);
 }
 
 const std::string& TuningStore::path() const { return s_->path; }

@@ -4,7 +4,12 @@
 //   <cache root>/tuning/locks/                         the file's lock, and per-key tuning locks
 //
 // The cache root is the kernel cache's (cache/cache_dir.hpp: $FLASHJIT_CACHE_DIR, ...), with the
-// same private-folder rules; the kernel cache ignores the "tuning" folder (not an arch name).
+// same private-folder rules, applied the same way: each operation opens the root once, checks it
+// on its descriptor, and reaches tuning/, tuning/locks/ and the files in them only through
+// descriptors (cache/private_dir.hpp), so a root swapped by whoever owns its parent folder is
+// never read or written. The tuning file itself must be a regular file, ours and writable by
+// nobody else, or it is treated as corrupt. The kernel cache ignores the "tuning" folder (not an
+// arch name).
 //
 // Every put() rewrites the whole file at once (temp file + rename), so a finished key survives
 // the process being killed a moment later, and readers never see half a file. Writers take the
@@ -28,6 +33,7 @@
 #include "autotune/problem_bucket.hpp"
 #include "autotune/tuning_record.hpp"
 #include "base/variant_json.hpp"
+#include "cache/private_dir.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::autotune {
@@ -86,8 +92,12 @@ class TuningStore {
   // Every record in memory, by key string, sorted; stale ones included (for tools).
   std::vector<std::pair<std::string, TuningRecord>> records() const;
 
-  const std::string& path() const;       // the tuning file
-  const std::string& locks_dir() const;  // <root>/tuning/locks
+  // <root>/tuning/locks, opened (created if need be) and checked now: the folder for per-key
+  // tuning locks of this store's file.
+  Result<cache::PrivateDir> open_locks_dir() const;
+
+  const std::string& path() const;       // the tuning file (for messages)
+  const std::string& locks_dir() const;  // <root>/tuning/locks (for messages)
   const std::string& device_name() const;
   const std::string& arch() const;
 

@@ -46,29 +46,52 @@ std::optional<long> temp_name_pid(std::string_view name) {
   return pid;
 }
 
-bool is_stale_temp(const std::string& path, std::chrono::seconds max_age) {
-  auto pid = temp_name_pid(file_name(path));
-  struct stat st{};
-  if (::lstat(path.c_str(), &st) != 0) return false;  // already gone
+bool is_stale_temp(const DirFd& dir, const std::string& name, StaleRule rule, std::chrono::seconds max_age) {
+  auto st = stat_at(dir, name);
+  if (!st) return false;  // already gone
+  if (!S_ISREG(st->st_mode) || st->st_uid != ::geteuid()) return false;
   timespec now{};
   ::clock_gettime(CLOCK_REALTIME, &now);
-  if (now.tv_sec - st.st_mtim.tv_sec > max_age.count()) return true;
-  if (!pid) return true;  // a ".tmp-" name no writer of ours produced
-  // EPERM means the process exists but belongs to someone else: still alive.
-  return ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH;
+  const bool old = now.tv_sec - st->st_mtim.tv_sec > max_age.count();
+  auto pid = temp_name_pid(name);
+  // A ".tmp-" name no writer of ours produced has no writer to wait for. EPERM from kill()
+  // means the process exists but belongs to someone else: still alive.
+  const bool writer_gone = !pid || (::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH);
+  return rule == StaleRule::old_or_writer_gone ? old || writer_gone : old && writer_gone;
 }
 
-Result<AtomicFileWriter> AtomicFileWriter::create(std::string final_path) {
-  std::string dir = parent_path(final_path);
+std::vector<std::string> remove_stale_temps(const DirFd& dir, std::chrono::seconds max_age) {
+  std::vector<std::string> removed;
+  auto entries = list_dir(dir);
+  if (!entries) return removed;
+  const std::string_view prefix = kTempPrefix;
+  for (const DirEntry& e : *entries) {
+    if (e.name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!is_stale_temp(dir, e.name, StaleRule::old_and_writer_gone, max_age)) continue;
+    if (::unlinkat(dir.fd(), e.name.c_str(), 0) == 0) removed.push_back(dir.path_of(e.name));
+  }
+  return removed;
+}
+
+Result<AtomicFileWriter> AtomicFileWriter::create(const DirFd& dir, std::string name) {
   for (int attempt = 0;; ++attempt) {
-    std::string temp = join_path(dir, make_temp_name());
-    auto fd = open_fd(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
-    if (fd) return AtomicFileWriter(std::move(fd).value(), std::move(temp), std::move(final_path));
+    std::string temp = make_temp_name();
+    auto fd = open_at(dir, temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    if (fd) return AtomicFileWriter(dir, std::move(fd).value(), std::move(temp), std::move(name));
     if (attempt < 3 && fd.error().detail("errno") == std::to_string(EEXIST)) continue;
+    const std::string final_path = dir.path_of(name);
     return Error(fd.error().code() == Code::not_found ? Code::io_error : fd.error().code(),
                  "cannot create temp file for '" + final_path + "': " + fd.error().message())
         .with("path", final_path);
   }
+}
+
+Result<AtomicFileWriter> AtomicFileWriter::create(const std::string& final_path) {
+  auto dir = DirFd::open(parent_path(final_path));
+  if (!dir)
+    return Error(Code::io_error, "cannot create temp file for '" + final_path + "': " + dir.error().message())
+        .with("path", final_path);
+  return create(*dir, file_name(final_path));
 }
 
 AtomicFileWriter::~AtomicFileWriter() { abandon(); }
@@ -76,42 +99,45 @@ AtomicFileWriter::~AtomicFileWriter() { abandon(); }
 void AtomicFileWriter::abandon() {
   if (!fd_.valid()) return;
   fd_.reset();
-  ::unlink(temp_path_.c_str());
+  ::unlinkat(dir_.fd(), temp_name_.c_str(), 0);
 }
 
 Status AtomicFileWriter::write(std::string_view bytes) {
-  if (!fd_.valid()) return Error(Code::internal, "write to a finished atomic writer for '" + final_path_ + "'");
-  Status s = write_all(fd_.get(), bytes, temp_path_);
+  if (!fd_.valid()) return Error(Code::internal, "write to a finished atomic writer for '" + final_path() + "'");
+  Status s = write_all(fd_.get(), bytes, temp_path());
   if (!s) abandon();
   return s;
 }
 
 Status AtomicFileWriter::commit(std::optional<struct timespec> mtime) {
-  if (!fd_.valid()) return Error(Code::internal, "commit of a finished atomic writer for '" + final_path_ + "'");
+  if (!fd_.valid()) return Error(Code::internal, "commit of a finished atomic writer for '" + final_path() + "'");
   if (::fsync(fd_.get()) != 0) {
     int err = errno;
     abandon();
-    return sys_error(Code::io_error, "cannot fsync", temp_path_, err);
+    return sys_error(Code::io_error, "cannot fsync", temp_path(), err);
   }
   if (mtime) {
     timespec times[2] = {*mtime, *mtime};
     ::futimens(fd_.get(), times);  // only an LRU hint; failure is harmless
   }
-  if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
+  if (::renameat(dir_.fd(), temp_name_.c_str(), dir_.fd(), final_name_.c_str()) != 0) {
     int err = errno;
     abandon();
     // ENOENT here means a cleanup removed our temp file; report it as I/O trouble, not a miss.
-    return Error(Code::io_error, "cannot rename '" + temp_path_ + "' to '" + final_path_ +
-                                     "': " + std::strerror(err))
-        .with("path", final_path_)
+    std::string why = std::strerror(err);
+    if (err == EISDIR || err == ENOTEMPTY || err == EEXIST) why = "a folder is in its place";
+    return Error(Code::io_error, "cannot publish '" + final_path() + "': " + why)
+        .with("path", final_path())
+        .with("temp_path", temp_path())
         .with("errno", std::to_string(err));
   }
   fd_.reset();
-  return fsync_dir(parent_path(final_path_));
+  return fsync_dir(dir_);
 }
 
-Status write_file_atomic(const std::string& path, std::string_view bytes, std::optional<struct timespec> mtime) {
-  auto w = AtomicFileWriter::create(path);
+Status write_file_atomic(const DirFd& dir, const std::string& name, std::string_view bytes,
+                         std::optional<struct timespec> mtime) {
+  auto w = AtomicFileWriter::create(dir, name);
   if (!w) return std::move(w).error();
   FJ_TRY(w->write(bytes));
   return w->commit(mtime);

@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "cache/atomic_file.hpp"
@@ -65,35 +67,51 @@ Error rejected(Code code, const std::string& path, const std::string& reason) {
       .with("reason", reason);
 }
 
-Result<std::string> read_bundle_file(const std::string& path, std::uint64_t max_bytes) {
-  auto fd = open_fd(path, O_RDONLY);
-  if (!fd) return std::move(fd).error();
-  struct stat st{};
-  if (::fstat(fd->get(), &st) != 0) return sys_error(Code::io_error, "cannot stat", path, errno);
-  if (!S_ISREG(st.st_mode)) return rejected(Code::invalid_argument, path, "not a regular file");
-  auto size = static_cast<std::uint64_t>(st.st_size);
-  if (size > max_bytes)
-    return rejected(Code::invalid_argument, path,
-                    std::to_string(size) + " bytes exceed ImportOptions.max_bundle_bytes (" +
-                        std::to_string(max_bytes) + ")");
-  std::string bytes(size, '\0');
-  auto got = read_up_to(fd->get(), bytes.data(), bytes.size(), path);
-  if (!got) return std::move(got).error();
-  if (*got != size) return rejected(Code::corrupt, path, "file changed size while being read");
-  return bytes;
-}
-
-// Checks everything about the bundle; returns its records only if all of it is sound.
-Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::string_view bytes) {
-  ByteReader in(bytes);
-  auto magic = in.take(sizeof kBundleMagic);
-  if (!magic || std::memcmp(magic->data(), kBundleMagic, sizeof kBundleMagic) != 0)
+Status check_bundle_header(const std::string& path, std::string_view head) {
+  if (head.size() < sizeof kBundleMagic || std::memcmp(head.data(), kBundleMagic, sizeof kBundleMagic) != 0)
     return rejected(Code::corrupt, path, "bad magic (not a flashjit bundle)");
+  ByteReader in(head.substr(sizeof kBundleMagic));
   auto version = in.uint(4);
   if (!version || *version != kBundleFormatVersion)
     return rejected(Code::corrupt, path,
                     "format version " + (version ? std::to_string(*version) : std::string("?")) +
                         ", this build reads version " + std::to_string(kBundleFormatVersion));
+  return {};
+}
+
+// The whole file, read only once it is known to be a regular file of at most `max_bytes` whose
+// header is a bundle's: a FIFO never blocks, and a large file of anything else costs 12 bytes.
+Result<std::string> read_bundle_file(const std::string& path, std::uint64_t max_bytes) {
+  auto file = open_regular_file(path);
+  if (!file) {
+    if (file.error().code() == Code::invalid_argument)
+      return rejected(Code::invalid_argument, path, file.error().detail("reason").value_or("is not a regular file"));
+    return std::move(file).error();
+  }
+  const std::uint64_t size = file->size;
+  if (size > max_bytes)
+    return rejected(Code::invalid_argument, path,
+                    std::to_string(size) + " bytes exceed ImportOptions.max_bundle_bytes (" +
+                        std::to_string(max_bytes) + ")");
+  std::string bytes(kBundleHeaderBytes, '\0');
+  auto got = read_up_to(file->fd.get(), bytes.data(), bytes.size(), path);
+  if (!got) return std::move(got).error();
+  bytes.resize(*got);
+  FJ_TRY(check_bundle_header(path, bytes));
+  // The rest, never more than fstat's size; one byte beyond it tells a file that grew.
+  const std::size_t head = bytes.size();
+  bytes.resize(static_cast<std::size_t>(std::max<std::uint64_t>(size, head)) + 1);
+  auto rest = read_up_to(file->fd.get(), bytes.data() + head, bytes.size() - head, path);
+  if (!rest) return std::move(rest).error();
+  bytes.resize(head + *rest);
+  if (bytes.size() != size) return rejected(Code::corrupt, path, "file changed size while being read");
+  return bytes;
+}
+
+// Checks everything about the bundle; returns its records only if all of it is sound.
+Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::string_view bytes) {
+  FJ_TRY(check_bundle_header(path, bytes));
+  ByteReader in(bytes.substr(kBundleHeaderBytes));
   std::vector<BundleRecord> records;
   std::set<std::string> seen;
   for (;;) {
@@ -130,7 +148,7 @@ Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::str
     records.push_back(BundleRecord{std::move(key), *payload});
   }
   auto count = in.uint(8);
-  std::size_t hashed = bytes.size() - in.remaining();
+  const std::size_t hashed = bytes.size() - in.remaining();
   auto checksum = in.uint(8);
   if (!count || !checksum) return rejected(Code::corrupt, path, "truncated end record");
   if (*count != records.size())
@@ -146,8 +164,16 @@ Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::str
 
 Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_path,
                                    const std::optional<std::string>& arch) {
-  auto entries = cache.list(arch);
-  if (!entries) return std::move(entries).error();
+  if (arch) FJ_TRY(validate_arch(*arch));
+  DiskCache::State& s = DiskCacheAccess::state(cache);
+  std::vector<ListedEntry> entries;
+  if (auto root = s.dir.open_root(/*create=*/false)) {
+    auto listed = list_entries(*root, arch);
+    if (!listed) return std::move(listed).error();
+    entries = std::move(listed).value();
+  } else if (root.error().code() != Code::not_found) {
+    return std::move(root).error();
+  }
   auto file = AtomicFileWriter::create(bundle_path);
   if (!file) return std::move(file).error();
   BundleWriter out(std::move(file).value());
@@ -157,12 +183,13 @@ Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_p
   FJ_TRY(out.write(head));
 
   ExportReport report;
-  for (const EntryInfo& info : *entries) {
+  for (const ListedEntry& e : entries) {
+    const EntryInfo& info = e.info;
     if (!info.problem.empty()) {
       report.skipped.push_back(BadEntry{info.path, info.problem});
       continue;
     }
-    auto payload = read_entry(info.path, entry_identity(info.key));
+    auto payload = read_entry(e.file.arch->dir, e.file.name, entry_identity(info.key));
     if (!payload) {
       if (payload.error().code() == Code::not_found) continue;  // evicted since the listing
       if (payload.error().code() != Code::corrupt) return std::move(payload).error();
@@ -192,6 +219,29 @@ Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_p
   return report;
 }
 
+namespace {
+
+// What the cache holds at a record's file, under the record's key lock.
+enum class AtFile { nothing, same_key_valid, replaceable, other_key };
+
+Result<AtFile> inspect_target(const ArchDir& arch, const std::string& name, const std::string& identity,
+                              std::string* other_key) {
+  auto header = read_entry_header(arch.dir, name);
+  if (!header) {
+    if (header.error().code() == Code::not_found) return AtFile::nothing;
+    if (header.error().code() == Code::corrupt) return AtFile::replaceable;
+    return std::move(header).error();
+  }
+  const std::string& held = header->key;
+  if (held == identity) return read_entry(arch.dir, name, identity) ? AtFile::same_key_valid : AtFile::replaceable;
+  // Another key's sound entry is a collision; a damaged one may be replaced.
+  if (!parse_entry_identity(held) || !read_entry(arch.dir, name, held)) return AtFile::replaceable;
+  *other_key = held;
+  return AtFile::other_key;
+}
+
+}  // namespace
+
 Result<ImportReport> import_bundle(DiskCache& cache, const std::string& bundle_path, const ImportOptions& options) {
   auto bytes = read_bundle_file(bundle_path, options.max_bundle_bytes);
   if (!bytes) return std::move(bytes).error();
@@ -201,26 +251,52 @@ Result<ImportReport> import_bundle(DiskCache& cache, const std::string& bundle_p
   DiskCache::State& s = DiskCacheAccess::state(cache);
   ImportReport report;
   report.entries = records->size();
+  auto stopped = [&](const Error& e) {
+    return Error(e.code(), "bundle '" + bundle_path + "': publishing stopped after " +
+                               std::to_string(report.imported) + " of " + std::to_string(report.entries) +
+                               " entries: " + e.message())
+        .with("path", bundle_path)
+        .with("imported", std::to_string(report.imported));
+  };
+  if (records->empty()) return report;
+  auto root = s.dir.open_root(/*create=*/true);
+  if (!root) return stopped(root.error());
+  std::map<std::string, ArchDir> arches;
   for (const BundleRecord& r : *records) {
-    if (!options.replace_existing) {
-      auto existing = load_entry(s, r.key, LoadMode{false, /*touch=*/false});
-      if (!existing) return std::move(existing).error();
-      if (existing->has_value()) {
-        report.already_present += 1;
-        continue;
-      }
+    auto it = arches.find(r.key.arch);
+    if (it == arches.end()) {
+      auto arch = CacheDir::create_arch_dir(*root, r.key.arch);
+      if (!arch) return stopped(arch.error());
+      it = arches.emplace(r.key.arch, std::move(arch).value()).first;
     }
-    auto dir = s.dir.create_arch_dir(r.key.arch);
-    if (!dir) return std::move(dir).error();
-    // Same discipline as DiskCache::store: hold the key's lock while publishing.
-    auto lock = FileLock::acquire_for(DiskCache::State::lock_path_for(cache.entry_path(r.key)), s.lock_timeout);
-    if (!lock) return std::move(lock).error();
-    FJ_TRY(store_entry(s, r.key, r.payload));
+    const ArchDir& arch = it->second;
+    const std::string name = entry_file_name(r.key), identity = entry_identity(r.key);
+    // Same discipline as DiskCache::store: hold the key's lock while looking and publishing.
+    auto lock = FileLock::acquire_for(*arch.locks, lock_file_name(r.key), s.lock_timeout,
+                                      s.lock_notices(identity, "importing without it"));
+    if (!lock) return stopped(lock.error());
+    std::string other;
+    auto at = inspect_target(arch, name, identity, &other);
+    if (!at) return stopped(at.error());
+    if (*at == AtFile::other_key) {
+      report.collisions.push_back(ImportCollision{identity, other, arch.dir.path_of(name)});
+      s.log("bundle '" + bundle_path + "': not importing '" + identity + "': its file '" + arch.dir.path_of(name) +
+            "' holds '" + other + "' (the names agree up to the first " + std::to_string(kFileHashDigits) +
+            " hex digits of the hash)");
+      continue;
+    }
+    if (*at == AtFile::same_key_valid && !options.replace_existing) {
+      report.already_present += 1;
+      continue;
+    }
+    if (Status st = store_entry(s, arch, r.key, r.payload); !st) return stopped(st.error());
     report.imported += 1;
     report.payload_bytes += r.payload.size();
   }
   // One cap check for the whole import rather than one per entry.
-  if (report.imported > 0) FJ_TRY(enforce_cap(s, ""));
+  if (report.imported > 0) {
+    if (Status st = enforce_cap(s, *root, ""); !st) return stopped(st.error());
+  }
   s.log("imported " + std::to_string(report.imported) + " of " + std::to_string(report.entries) +
         " entries from bundle '" + bundle_path + "'");
   return report;

@@ -1,7 +1,6 @@
 #include "cache/cache_dir.hpp"
 
 #include <pwd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,12 +17,6 @@ namespace {
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string();
-}
-
-std::string mode_octal(mode_t mode) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
-  return buf;
 }
 
 }  // namespace
@@ -69,99 +62,44 @@ Status validate_arch(std::string_view arch) {
       .with("arch", std::string(arch));
 }
 
-Status check_private_dir(const std::string& path, bool follow_symlink) {
-  struct stat st{};
-  int rc = follow_symlink ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st);
-  if (rc != 0) return sys_error(Code::io_error, "cannot inspect cache folder", path, errno);
-  if (S_ISLNK(st.st_mode))
-    return Error(Code::permission_denied,
-                 "cache folder '" + path + "' is a symbolic link; only the cache root may be one")
-        .with("path", path);
-  if (!S_ISDIR(st.st_mode))
-    return Error(Code::permission_denied, "cache folder '" + path + "' is not a folder").with("path", path);
-  if (st.st_uid != ::geteuid())
-    return Error(Code::permission_denied,
-                 "cache folder '" + path + "' is owned by uid " + std::to_string(st.st_uid) +
-                     ", not by this user (uid " + std::to_string(::geteuid()) +
-                     "); cached kernels are executable code, so the cache must be private")
-        .with("path", path)
-        .with("rule", "owned by the current user");
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    return Error(Code::permission_denied,
-                 "cache folder '" + path + "' is writable by group or others (mode " +
-                     mode_octal(st.st_mode) +
-                     "); cached kernels are executable code, so the cache must be private: "
-                     "chmod 700 '" + path + "'")
-        .with("path", path)
-        .with("mode", mode_octal(st.st_mode))
-        .with("rule", "no group or other write permission");
-  return {};
-}
-
-Status ensure_private_dir(const std::string& path, bool follow_symlink) {
-  if (path.empty()) return Error(Code::invalid_argument, "cache folder path is empty");
-  struct stat st{};
-  if ((follow_symlink ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) == 0)
-    return check_private_dir(path, follow_symlink);  // the usual case: it is already there
-  // Walk down from the top so every missing component is created by us with mode 0700.
-  std::size_t pos = 0;
-  for (;;) {
-    pos = path.find('/', pos + 1);
-    std::string prefix = path.substr(0, pos);
-    if (!prefix.empty() && prefix != "/") {
-      if (::mkdir(prefix.c_str(), 0700) == 0) {
-        // mkdir's mode is filtered by the umask; set the exact mode we promise.
-        if (::chmod(prefix.c_str(), 0700) != 0)
-          return sys_error(Code::io_error, "cannot set mode 0700 on", prefix, errno);
-      } else if (errno != EEXIST) {
-        return sys_error(Code::io_error, "cannot create cache folder", prefix, errno);
-      }
-    }
-    if (pos == std::string::npos) break;
-  }
-  return check_private_dir(path, follow_symlink);
-}
-
 Result<CacheDir> CacheDir::open(std::string root) {
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  FJ_TRY(ensure_private_dir(root, /*follow_symlink=*/true));
+  FJ_TRY(PrivateDir::open_root(root, /*create=*/true));
   return CacheDir(std::move(root));
 }
 
-Status CacheDir::check_root() const { return check_private_dir(root_, /*follow_symlink=*/true); }
+Result<PrivateDir> CacheDir::open_root(bool create) const { return PrivateDir::open_root(root_, create); }
 
 std::string CacheDir::arch_path(std::string_view arch) const { return join_path(root_, std::string(arch)); }
 
-std::string CacheDir::locks_path(std::string_view arch) const { return join_path(arch_path(arch), "locks"); }
+std::string CacheDir::locks_path(std::string_view arch) const { return join_path(arch_path(arch), kLocksDirName); }
 
-Result<std::string> CacheDir::existing_arch_dir(std::string_view arch) const {
+Result<ArchDir> CacheDir::existing_arch_dir(const PrivateDir& root, std::string_view arch) {
   FJ_TRY(validate_arch(arch));
-  FJ_TRY(check_root());
-  std::string dir = arch_path(arch);
-  FJ_TRY(check_private_dir(dir, /*follow_symlink=*/false));
-  return dir;
+  auto dir = root.open_sub(std::string(arch), /*create=*/false);
+  if (!dir) return std::move(dir).error();
+  ArchDir out{std::move(dir).value(), std::nullopt};
+  auto locks = out.dir.open_sub(kLocksDirName, /*create=*/false);
+  if (locks) out.locks = std::move(locks).value();
+  else if (locks.error().code() != Code::not_found) return std::move(locks).error();
+  return out;
 }
 
-Result<std::string> CacheDir::create_arch_dir(std::string_view arch) const {
+Result<ArchDir> CacheDir::create_arch_dir(const PrivateDir& root, std::string_view arch) {
   FJ_TRY(validate_arch(arch));
-  // Recreates the root too, should someone have deleted the whole cache while we run.
-  FJ_TRY(ensure_private_dir(root_, /*follow_symlink=*/true));
-  std::string dir = arch_path(arch);
-  FJ_TRY(ensure_private_dir(dir, /*follow_symlink=*/false));
-  FJ_TRY(ensure_private_dir(locks_path(arch), /*follow_symlink=*/false));
-  return dir;
+  auto dir = root.open_sub(std::string(arch), /*create=*/true);
+  if (!dir) return std::move(dir).error();
+  auto locks = dir->open_sub(kLocksDirName, /*create=*/true);
+  if (!locks) return std::move(locks).error();
+  return ArchDir{std::move(dir).value(), std::move(locks).value()};
 }
 
-Result<std::vector<std::string>> CacheDir::arches() const {
-  FJ_TRY(check_root());
-  auto entries = list_dir(root_);
+Result<std::vector<std::string>> CacheDir::arches(const PrivateDir& root) {
+  auto entries = list_dir(root);
   if (!entries) return std::move(entries).error();
   std::vector<std::string> out;
-  for (const DirEntry& e : *entries) {
-    if (!is_valid_arch(e.name)) continue;
-    FJ_TRY(check_private_dir(arch_path(e.name), /*follow_symlink=*/false));
-    out.push_back(e.name);
-  }
+  for (const DirEntry& e : *entries)
+    if (is_valid_arch(e.name)) out.push_back(e.name);
   return out;
 }
 

@@ -1,17 +1,19 @@
-// Where the kernel cache lives and the rules its folders must obey.
+// Where the kernel cache lives and how its folders are reached.
 //
 // Layout:   <root>/<arch>/<entry files>   e.g. ~/.cache/flashjit/sm_90a/fa2_...-0123456789abcdef.fjk
 //           <root>/<arch>/locks/          per-key lock files
 //
-// Cached files are machine code the process will load and run, so the folders are a security
-// boundary: a root or arch folder that another user could write to (group/other write bit, or
-// owned by another uid) is refused with Code::permission_denied rather than trusted.
+// Every folder is opened through its parent's descriptor and checked on its own (private_dir.hpp):
+// a root, arch or locks folder that another user could write to, that is owned by another uid,
+// or (below the root) that is a symlink, is refused with Code::permission_denied.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cache/private_dir.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::cache {
@@ -27,36 +29,39 @@ Result<std::string> resolve_cache_root();
 bool is_valid_arch(std::string_view arch);
 Status validate_arch(std::string_view arch);
 
-// The policy: a folder (the root may be reached through a symlink, nothing below it may),
-// owned by the effective uid, with neither the group nor the other write bit set.
-Status check_private_dir(const std::string& path, bool follow_symlink);
+inline constexpr const char* kLocksDirName = "locks";
 
-// mkdir -p with mode 0700 for every folder it creates (umask notwithstanding), then the policy
-// check on `path` itself. Existing parents are left as they are.
-Status ensure_private_dir(const std::string& path, bool follow_symlink);
+// One arch's folders, opened and checked.
+struct ArchDir {
+  PrivateDir dir;                   // <root>/<arch>
+  std::optional<PrivateDir> locks;  // <root>/<arch>/locks; absent until the first build makes it
+};
 
 class CacheDir {
  public:
-  // Creates the root if missing and checks it.
+  // Creates the root if missing (mode 0700) and checks it.
   static Result<CacheDir> open(std::string root);
 
   const std::string& root() const { return root_; }
 
-  // Re-checks the root: its mode or owner may have changed since open().
-  Status check_root() const;
+  // Opens and checks the root now: its mode, owner or the folder itself may have changed since
+  // open(). Each cache operation opens it once and reaches everything else through it.
+  Result<PrivateDir> open_root(bool create) const;
 
-  // Path of an arch folder; `arch` must already be valid.
+  // Paths, for messages and tools only; the cache never opens them.
   std::string arch_path(std::string_view arch) const;
   std::string locks_path(std::string_view arch) const;
 
-  // Checks root and arch folder; Code::not_found if the arch folder does not exist yet.
-  Result<std::string> existing_arch_dir(std::string_view arch) const;
+  // The arch folder below an opened root, checked, and its locks/ folder, checked too when it
+  // exists (an unsafe locks folder makes the arch unusable, like an unsafe root). Code::not_found
+  // if the arch folder does not exist yet.
+  static Result<ArchDir> existing_arch_dir(const PrivateDir& root, std::string_view arch);
 
-  // Creates the arch folder and its locks/ folder as needed; checks all of them.
-  Result<std::string> create_arch_dir(std::string_view arch) const;
+  // The same, creating the arch folder and its locks/ folder as needed.
+  static Result<ArchDir> create_arch_dir(const PrivateDir& root, std::string_view arch);
 
-  // Arch folders present under the root (names that fail validation are ignored), each checked.
-  Result<std::vector<std::string>> arches() const;
+  // Arch folders present under an opened root (names that fail validation are ignored), sorted.
+  static Result<std::vector<std::string>> arches(const PrivateDir& root);
 
  private:
   explicit CacheDir(std::string root) : root_(std::move(root)) {}

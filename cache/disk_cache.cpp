@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -52,10 +53,17 @@ timespec now_realtime() {
 
 // Advances the LRU clock of an entry that was just read; purely advisory, so failures (say, a
 // read-only mount) are ignored. Full precision for the same reason as in write_entry().
-void touch_entry(const std::string& path) {
+void touch_entry(const DirFd& dir, const std::string& name) {
   timespec now = now_realtime();
   timespec times[2] = {now, now};
-  ::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW);
+  ::utimensat(dir.fd(), name.c_str(), times, AT_SYMLINK_NOFOLLOW);
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, ms < std::chrono::seconds(10) ? "%.1f s" : "%.0f s",
+                static_cast<double>(ms.count()) / 1000.0);
+  return buf;
 }
 
 }  // namespace
@@ -68,73 +76,94 @@ void DiskCache::State::log(const std::string& line) {
   logger(line);
 }
 
-std::string DiskCache::State::lock_path_for(const std::string& entry_path) {
-  std::string file = file_name(entry_path);
-  std::string ext = kEntryExtension;
-  if (file.size() > ext.size() && file.compare(file.size() - ext.size(), ext.size(), ext) == 0)
-    file.resize(file.size() - ext.size());
-  return join_path(join_path(parent_path(entry_path), "locks"), file + kLockExtension);
+LockWaitNotices DiskCache::State::lock_notices(const std::string& what, const std::string& then) {
+  LockWaitNotices n;
+  n.first_after = lock_wait_notice_after;
+  n.every = lock_wait_notice_every;
+  if (!logger) return n;
+  n.notify = [this, what, then](const LockWait& w) {
+    log("lock wait: waited " + seconds_text(w.waited) + " for the lock of '" + what + "' ('" + w.path +
+        "'), held by " + w.holder + "; " + then + " after " + seconds_text(w.timeout));
+  };
+  return n;
 }
 
 // ---- shared internals ----
 
-bool remove_bad_entry(const std::string& path, const FileId& id, bool holding_key_lock) {
+std::string lock_name_for(const std::string& entry_file) {
+  std::string stem = entry_file;
+  const std::string ext = kEntryExtension;
+  if (stem.size() > ext.size() && stem.compare(stem.size() - ext.size(), ext.size(), ext) == 0)
+    stem.resize(stem.size() - ext.size());
+  return stem + kLockExtension;
+}
+
+bool remove_bad_entry(const ArchDir& arch, const std::string& name, const FileId& id, bool holding_key_lock) {
   auto remove_if_same = [&] {
-    auto now = file_id_of_path(path);
-    if (!now || *now != id) return false;  // gone, or already replaced by a new entry
-    return ::unlink(path.c_str()) == 0;
+    auto now = stat_at(arch.dir, name);
+    if (!now || FileId{static_cast<unsigned long long>(now->st_dev), static_cast<unsigned long long>(now->st_ino)} != id)
+      return false;  // gone, or already replaced by a new entry
+    return ::unlinkat(arch.dir.fd(), name.c_str(), 0) == 0;  // fails for a folder: left for a person
   };
   if (holding_key_lock) return remove_if_same();
   // Whoever holds the key's lock is about to publish a replacement; leave the file to them.
-  auto lock = FileLock::try_acquire(DiskCache::State::lock_path_for(path));
+  if (!arch.locks) return false;
+  auto lock = FileLock::try_acquire(*arch.locks, lock_name_for(name));
   if (!lock || !lock->has_value()) return false;
   return remove_if_same();
 }
 
-Result<std::optional<std::string>> load_entry(DiskCache::State& s, const EntryKey& key, LoadMode mode) {
-  FJ_TRY(validate_entry_key(key));
-  auto dir = s.dir.existing_arch_dir(key.arch);
-  if (!dir) {
-    if (dir.error().code() == Code::not_found) return std::optional<std::string>();  // nothing for this arch yet
-    return std::move(dir).error();
-  }
-  std::string path = join_path(*dir, entry_file_name(key));
+Result<std::optional<std::string>> load_entry_in(DiskCache::State& s, const ArchDir& arch, const EntryKey& key,
+                                                 LoadMode mode) {
+  const std::string name = entry_file_name(key);
   FileId id;
-  auto payload = read_entry(path, entry_identity(key), &id);
+  auto payload = read_entry(arch.dir, name, entry_identity(key), &id);
   if (payload) {
-    if (mode.touch) touch_entry(path);
+    if (mode.touch) touch_entry(arch.dir, name);
     return std::optional<std::string>(std::move(payload).value());
   }
   const Error& e = payload.error();
   if (e.code() == Code::not_found) return std::optional<std::string>();
   if (e.code() != Code::corrupt) return std::move(payload).error();
   s.corrupt.fetch_add(1);
-  bool removed = remove_bad_entry(path, id, mode.holding_key_lock);
+  bool removed = remove_bad_entry(arch, name, id, mode.holding_key_lock);
   s.log(e.message() + (removed ? "; removed it, it will be rebuilt" : "; left it for the process rebuilding it"));
   return std::optional<std::string>();
 }
 
-Status store_entry(DiskCache::State& s, const EntryKey& key, std::string_view payload) {
+Result<std::optional<std::string>> load_entry(DiskCache::State& s, const PrivateDir& root, const EntryKey& key,
+                                              LoadMode mode) {
   FJ_TRY(validate_entry_key(key));
-  auto dir = s.dir.create_arch_dir(key.arch);
-  if (!dir) return std::move(dir).error();
-  std::string path = join_path(*dir, entry_file_name(key));
-  FJ_TRY(write_entry(path, entry_identity(key), payload));
+  auto arch = CacheDir::existing_arch_dir(root, key.arch);
+  if (!arch) {
+    if (arch.error().code() == Code::not_found) return std::optional<std::string>();  // nothing for this arch yet
+    return std::move(arch).error();
+  }
+  return load_entry_in(s, *arch, key, mode);
+}
+
+Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key, std::string_view payload) {
+  FJ_TRY(validate_entry_key(key));
+  for (const std::string& path : remove_stale_temps(arch.dir))
+    s.log("removed stale temp file '" + path + "' (its writer is gone and it is older than " +
+          std::to_string(std::chrono::duration_cast<std::chrono::minutes>(kStaleTempAge).count()) + " minutes)");
+  FJ_TRY(write_entry(arch.dir, entry_file_name(key), entry_identity(key), payload));
   s.stores.fetch_add(1);
   s.bytes_written.fetch_add(entry_file_bytes(entry_identity(key).size(), payload.size()));
   return {};
 }
 
-Status enforce_cap(DiskCache::State& s, const std::string& protect_path) {
-  auto lock = FileLock::acquire(s.maintenance_lock_path());
+Status enforce_cap(DiskCache::State& s, const PrivateDir& root, const std::string& protect_path) {
+  auto lock = FileLock::acquire(root, kMaintenanceLockName);
   if (!lock) return std::move(lock).error();
-  auto r = evict_lru(s, s.max_bytes, protect_path);
+  auto r = evict_lru(s, root, s.max_bytes, protect_path);
   if (!r) return std::move(r).error();
   return {};
 }
 
-Result<EvictResult> evict_lru(DiskCache::State& s, std::uint64_t max_bytes, const std::string& protect_path) {
-  auto scan = scan_files(s, std::nullopt);
+Result<EvictResult> evict_lru(DiskCache::State& s, const PrivateDir& root, std::uint64_t max_bytes,
+                              const std::string& protect_path) {
+  auto scan = scan_files(root, std::nullopt);
   if (!scan) return std::move(scan).error();
   EvictResult out;
   std::uint64_t total = 0;
@@ -148,17 +177,17 @@ Result<EvictResult> evict_lru(DiskCache::State& s, std::uint64_t max_bytes, cons
     });
     for (const ScannedEntry& e : entries) {
       if (total <= max_bytes) break;
-      if (e.path == protect_path) continue;
-      struct stat st{};
-      if (::lstat(e.path.c_str(), &st) != 0) {  // someone else removed it already
+      if (!e.regular || e.path == protect_path) continue;
+      auto st = stat_at(e.arch->dir, e.name);
+      if (!st) {  // someone else removed it already
         total -= e.bytes;
         continue;
       }
       // Used or replaced since the scan: no longer the least recently used one.
-      if (static_cast<unsigned long long>(st.st_ino) != e.id.ino || st.st_mtim.tv_sec != e.mtime.tv_sec ||
-          st.st_mtim.tv_nsec != e.mtime.tv_nsec)
+      if (static_cast<unsigned long long>(st->st_ino) != e.id.ino || st->st_mtim.tv_sec != e.mtime.tv_sec ||
+          st->st_mtim.tv_nsec != e.mtime.tv_nsec)
         continue;
-      if (::unlink(e.path.c_str()) != 0) continue;
+      if (::unlinkat(e.arch->dir.fd(), e.name.c_str(), 0) != 0) continue;
       total -= e.bytes;
       out.evicted += 1;
       out.bytes_freed += e.bytes;
@@ -202,7 +231,7 @@ Result<DiskCache> DiskCache::open(Options options) {
   auto dir = CacheDir::open(root);
   if (!dir) return std::move(dir).error();
   auto logger = options.logger ? std::move(options.logger) : default_logger();
-  return DiskCache(std::make_unique<State>(std::move(dir).value(), max_bytes, std::move(logger), options.lock_timeout));
+  return DiskCache(std::make_unique<State>(std::move(dir).value(), max_bytes, std::move(logger), options));
 }
 
 const std::string& DiskCache::root() const { return s_->dir.root(); }
@@ -214,7 +243,11 @@ std::string DiskCache::entry_path(const EntryKey& key) const {
 }
 
 Result<std::optional<std::string>> DiskCache::load(const EntryKey& key) {
-  auto r = load_entry(*s_, key, LoadMode{});
+  FJ_TRY(validate_entry_key(key));
+  auto root = s_->dir.open_root(/*create=*/false);
+  Result<std::optional<std::string>> r = std::optional<std::string>();
+  if (root) r = load_entry(*s_, *root, key, LoadMode{});
+  else if (root.error().code() != Code::not_found) return std::move(root).error();  // deleted: a miss
   if (!r) return r;
   if (r->has_value()) {
     s_->hits.fetch_add(1);
@@ -227,28 +260,30 @@ Result<std::optional<std::string>> DiskCache::load(const EntryKey& key) {
 
 Status DiskCache::store(const EntryKey& key, std::string_view payload) {
   FJ_TRY(validate_entry_key(key));
-  auto dir = s_->dir.create_arch_dir(key.arch);
-  if (!dir) return std::move(dir).error();
-  std::string path = entry_path(key);
+  auto root = s_->dir.open_root(/*create=*/true);
+  if (!root) return std::move(root).error();
+  auto arch = CacheDir::create_arch_dir(*root, key.arch);
+  if (!arch) return std::move(arch).error();
   {
     // Writers of a key take its lock so a reader dropping a corrupt file never removes a fresh
     // one. Inside a build callback this thread may already hold it: do not wait on ourselves.
     std::optional<FileLock> held;
     if (!t_building) {
-      auto lock = FileLock::acquire_for(State::lock_path_for(path), s_->lock_timeout);
+      auto lock = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout,
+                                        s_->lock_notices(entry_identity(key), "storing without it"));
       if (!lock) return std::move(lock).error();
       held = std::move(lock).value();
       if (!held)
         s_->log("waited " + std::to_string(s_->lock_timeout.count()) + " ms for the lock of '" +
                 entry_identity(key) + "', storing without it");
     }
-    FJ_TRY(store_entry(*s_, key, payload));
+    FJ_TRY(store_entry(*s_, *arch, key, payload));
   }
-  return enforce_cap(*s_, path);
+  return enforce_cap(*s_, *root, entry_path(key));
 }
 
 Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::function<Result<std::string>()>& build,
-                                            LookupOutcome* outcome) {
+                                            LookupOutcome* outcome, std::optional<Error>* store_error) {
   FJ_TRY(validate_entry_key(key));
   auto hit = [&](std::string payload, LookupOutcome how) -> Result<std::string> {
     s_->hits.fetch_add(1);
@@ -257,7 +292,10 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
     return payload;
   };
 
-  auto first = load_entry(*s_, key, LoadMode{});
+  // One root for the whole call: the folder checked is the folder read, locked and written.
+  auto root = s_->dir.open_root(/*create=*/true);
+  if (!root) return std::move(root).error();
+  auto first = load_entry(*s_, *root, key, LoadMode{});
   if (!first) {
     // Unsafe folders and bad keys are the caller's to see; plain I/O trouble only costs a build.
     if (first.error().code() != Code::io_error) return std::move(first).error();
@@ -275,12 +313,13 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
         .with("key", entry_identity(key))
         .with("outer_key", entry_identity(*t_building));
 
-  auto dir = s_->dir.create_arch_dir(key.arch);
-  if (!dir) return std::move(dir).error();
-  std::string path = entry_path(key);
+  auto arch = CacheDir::create_arch_dir(*root, key.arch);
+  if (!arch) return std::move(arch).error();
+  const std::string path = entry_path(key);
 
   std::optional<FileLock> lock;
-  auto acquired = FileLock::acquire_for(State::lock_path_for(path), s_->lock_timeout);
+  auto acquired = FileLock::acquire_for(*arch->locks, lock_file_name(key), s_->lock_timeout,
+                                        s_->lock_notices(entry_identity(key), "building without it"));
   if (!acquired)
     s_->log("cannot lock '" + entry_identity(key) + "', building without the lock: " + acquired.error().message());
   else if (!acquired->has_value())
@@ -290,7 +329,7 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
     lock = std::move(**acquired);
 
   // Whoever held the lock before us has probably just published the entry.
-  auto again = load_entry(*s_, key, LoadMode{lock.has_value(), true});
+  auto again = load_entry_in(*s_, *arch, key, LoadMode{lock.has_value(), true});
   if (again && again->has_value()) return hit(std::move(**again), LookupOutcome::hit_after_wait);
   if (!again && again.error().code() != Code::io_error) return std::move(again).error();
 
@@ -306,12 +345,13 @@ Result<std::string> DiskCache::get_or_build(const EntryKey& key, const std::func
   }
   if (!built) return built;
 
-  Status stored = store_entry(*s_, key, *built);
+  Status stored = store_entry(*s_, *arch, key, *built);
   lock.reset();  // never hold a key's lock longer than its own build and publish
   if (!stored) {
     s_->store_failures.fetch_add(1);
     s_->log("could not store '" + entry_identity(key) + "': " + stored.error().message());
-  } else if (Status capped = enforce_cap(*s_, path); !capped) {
+    if (store_error) *store_error = stored.error();
+  } else if (Status capped = enforce_cap(*s_, *root, path); !capped) {
     s_->log("could not enforce the cache size cap: " + capped.error().message());
   }
   if (outcome) *outcome = LookupOutcome::built;

@@ -8,6 +8,10 @@
 // entry's mtime serving purely as its last-used clock (never to judge freshness: the content
 // hash in the key does that).
 //
+// Cached kernels are executable code: every operation opens the root once, checks it on its
+// descriptor and reaches everything below through descriptors (cache_dir.hpp, private_dir.hpp),
+// and every entry file is checked before it is read (entry_file.hpp).
+//
 // Every method is safe to call from many threads at once, and many processes may share a root.
 #pragma once
 
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "cache/entry_key.hpp"
+#include "cache/file_lock.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::cache {
@@ -34,14 +39,18 @@ struct Options {
   // Cap on the bytes of all entries of all arches. Unset: $FLASHJIT_CACHE_MAX_BYTES (a byte
   // count, optionally with a K/M/G/T suffix, binary), else kDefaultMaxBytes.
   std::optional<std::uint64_t> max_bytes;
-  // Receives one line per notable event (corrupt entry dropped, eviction, lock wait given up,
-  // store failure). Calls are serialized. Empty: lines go to stderr when $FLASHJIT_LOG is set
-  // (and not "0"), else nowhere.
+  // Receives one line per notable event (corrupt entry dropped, eviction, a long lock wait,
+  // store failure, stale temp file removed). Calls are serialized. Empty: lines go to stderr when
+  // $FLASHJIT_LOG is set (and not "0"), else nowhere.
   std::function<void(const std::string&)> logger;
   // How long get_or_build (and store) wait for another process holding the same key's lock.
   // After that they go ahead without it: publishing is atomic, so the only cost is a
   // duplicate build.
   std::chrono::milliseconds lock_timeout = std::chrono::minutes(5);
+  // A wait for a key's lock is logged (who holds it, how long we have waited) after this long,
+  // then every `lock_wait_notice_every`, until it ends (file_lock.hpp says why these values).
+  std::chrono::milliseconds lock_wait_notice_after = kLockWaitNoticeAfter;
+  std::chrono::milliseconds lock_wait_notice_every = kLockWaitNoticeEvery;
 };
 
 // How get_or_build got its payload.
@@ -139,12 +148,13 @@ class DiskCache {
   Status store(const EntryKey& key, std::string_view payload);
 
   // load(); on a miss, takes the key's lock, looks again, and otherwise runs `build` and stores
-  // its result. A failed build is returned as is and nothing is stored; a failed store is only
-  // logged, since the caller has its payload. `build` must not call get_or_build for another key
-  // that misses (that would hold this key's lock while the other compiles): such a call fails
-  // with invalid_argument.
+  // its result. A failed build is returned as is and nothing is stored. A failed store does not
+  // fail the call, since the caller has its payload: it is logged, counted, and given to
+  // `store_error` when that is set (so tools can report it). `build` must not call get_or_build
+  // for another key that misses (that would hold this key's lock while the other compiles): such
+  // a call fails with invalid_argument.
   Result<std::string> get_or_build(const EntryKey& key, const std::function<Result<std::string>()>& build,
-                                   LookupOutcome* outcome = nullptr);
+                                   LookupOutcome* outcome = nullptr, std::optional<Error>* store_error = nullptr);
 
   CacheStats stats() const;
 
@@ -153,7 +163,8 @@ class DiskCache {
   Result<Summary> scan() const;
   // All entries, or one arch's, sorted by arch then file name.
   Result<std::vector<EntryInfo>> list(const std::optional<std::string>& arch = std::nullopt) const;
-  // Reads every entry in full; optionally removes the bad ones.
+  // Reads every entry in full; optionally removes the bad ones (a folder in an entry's place is
+  // reported but never removed).
   Result<VerifyReport> verify(bool remove_bad = false);
   // Evicts least recently used entries until at most `max_bytes` remain; removes stale temp
   // files and unused lock files.

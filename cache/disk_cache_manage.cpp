@@ -1,5 +1,6 @@
 // DiskCache management: walking the folder for scan/list/verify, and removing things for
-// prune/clear. Lookups and stores are in disk_cache.cpp.
+// prune/clear. Lookups and stores are in disk_cache.cpp. Like them, every walk starts from the
+// root opened once and reaches everything through descriptors.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,8 +27,8 @@ std::chrono::system_clock::time_point to_time_point(const timespec& ts) {
 
 // The key an entry file claims by its place and name; content_hash holds only the name's prefix.
 EntryKey key_from_file_name(const ScannedEntry& e) {
-  auto parsed = parse_entry_file_name(file_name(e.path));
-  return EntryKey{e.arch, parsed ? parsed->name : std::string(), parsed ? parsed->hash_prefix : std::string()};
+  auto parsed = parse_entry_file_name(e.name);
+  return EntryKey{e.arch_name, parsed ? parsed->name : std::string(), parsed ? parsed->hash_prefix : std::string()};
 }
 
 // Checks that the identity stored in a header agrees with the file's arch folder and name, so an
@@ -53,73 +54,117 @@ struct Leftovers {
 };
 Result<Leftovers> remove_leftovers(DiskCache::State& s, const ScanResult& scan) {
   Leftovers out;
-  for (const std::string& path : scan.temp_files) {
-    if (!is_stale_temp(path)) continue;  // a live writer is still filling it
-    if (::unlink(path.c_str()) == 0) {
+  for (const FoundFile& f : scan.temp_files) {
+    // A live writer may still be filling it; prune was asked for, so the looser rule applies.
+    if (!is_stale_temp(f.arch->dir, f.name, StaleRule::old_or_writer_gone)) continue;
+    if (::unlinkat(f.arch->dir.fd(), f.name.c_str(), 0) == 0) {
       out.temp_files += 1;
-      s.log("removed stale temp file '" + path + "'");
+      s.log("removed stale temp file '" + f.path + "'");
     }
   }
-  for (const std::string& path : scan.lock_files) {
-    auto removed = remove_lock_file_if_unheld(path);
+  for (const FoundFile& f : scan.lock_files) {
+    auto removed = remove_lock_file_if_unheld(*f.arch->locks, f.name);
     if (!removed) return std::move(removed).error();
     if (*removed) out.lock_files += 1;
   }
   return out;
 }
 
+// Opens the root for a management walk: a root that does not exist holds nothing.
+Result<std::optional<PrivateDir>> open_root_if_any(const DiskCache::State& s) {
+  auto root = s.dir.open_root(/*create=*/false);
+  if (root) return std::optional<PrivateDir>(std::move(root).value());
+  if (root.error().code() == Code::not_found) return std::optional<PrivateDir>();
+  return std::move(root).error();
+}
+
 }  // namespace
 
-Result<ScanResult> scan_files(const DiskCache::State& s, const std::optional<std::string>& arch) {
+Result<ScanResult> scan_files(const PrivateDir& root, const std::optional<std::string>& arch) {
   ScanResult out;
+  std::vector<std::string> names;
   if (arch) {
-    auto dir = s.dir.existing_arch_dir(*arch);
-    if (!dir) {
-      if (dir.error().code() == Code::not_found) return out;
-      return std::move(dir).error();
-    }
-    out.arches.push_back(*arch);
+    names.push_back(*arch);
   } else {
-    auto arches = s.dir.arches();
+    auto arches = CacheDir::arches(root);
     if (!arches) return std::move(arches).error();
-    out.arches = std::move(arches).value();
+    names = std::move(arches).value();
   }
-  for (const std::string& a : out.arches) {
-    std::string dir = s.dir.arch_path(a);
-    auto files = list_dir(dir);
+  for (const std::string& a : names) {
+    auto opened = CacheDir::existing_arch_dir(root, a);
+    if (!opened) {
+      if (opened.error().code() == Code::not_found) continue;  // absent, or removed while we walked
+      return std::move(opened).error();
+    }
+    out.arches.push_back(a);
+    auto dir = std::make_shared<const ArchDir>(std::move(opened).value());
+    auto files = list_dir(dir->dir);
     if (!files) {
-      if (files.error().code() == Code::not_found) continue;  // removed while we walked
+      if (files.error().code() == Code::not_found) continue;
       return std::move(files).error();
     }
     for (const DirEntry& f : *files) {
-      std::string path = join_path(dir, f.name);
+      const std::string path = dir->dir.path_of(f.name);
       if (f.name.compare(0, std::string(kTempPrefix).size(), kTempPrefix) == 0) {
-        if (f.is_regular) out.temp_files.push_back(path);
+        if (f.is_regular) out.temp_files.push_back(FoundFile{dir, f.name, path});
         continue;
       }
-      if (!f.is_regular || !parse_entry_file_name(f.name)) continue;
-      struct stat st{};
-      if (::lstat(path.c_str(), &st) != 0) continue;
-      out.entries.push_back(ScannedEntry{a, path, static_cast<std::uint64_t>(st.st_size), st.st_mtim,
-                                         FileId{static_cast<unsigned long long>(st.st_dev),
-                                                static_cast<unsigned long long>(st.st_ino)}});
+      if (!parse_entry_file_name(f.name)) continue;
+      auto st = stat_at(dir->dir, f.name);
+      if (!st) continue;  // removed meanwhile
+      ScannedEntry e;
+      static_cast<FoundFile&>(e) = FoundFile{dir, f.name, path};
+      e.arch_name = a;
+      e.regular = S_ISREG(st->st_mode);
+      e.bytes = e.regular ? static_cast<std::uint64_t>(st->st_size) : 0;
+      e.mtime = st->st_mtim;
+      e.id = FileId{static_cast<unsigned long long>(st->st_dev), static_cast<unsigned long long>(st->st_ino)};
+      out.entries.push_back(std::move(e));
     }
-    auto locks = list_dir(s.dir.locks_path(a));
-    if (!locks) continue;  // no locks/ folder yet
+    if (!dir->locks) continue;  // no locks/ folder yet
+    auto locks = list_dir(*dir->locks);
+    if (!locks) continue;
     for (const DirEntry& f : *locks)
-      if (f.is_regular && ends_with(f.name, kLockExtension)) out.lock_files.push_back(join_path(s.dir.locks_path(a), f.name));
+      if (f.is_regular && ends_with(f.name, kLockExtension))
+        out.lock_files.push_back(FoundFile{dir, f.name, dir->locks->path_of(f.name)});
+  }
+  return out;
+}
+
+Result<std::vector<ListedEntry>> list_entries(const PrivateDir& root, const std::optional<std::string>& arch) {
+  auto found = scan_files(root, arch);
+  if (!found) return std::move(found).error();
+  std::vector<ListedEntry> out;
+  for (ScannedEntry& e : found->entries) {
+    EntryInfo info{key_from_file_name(e), e.path, e.bytes, to_time_point(e.mtime), {}};
+    // A FIFO, a folder, a symlink or an unsafe file fails here with its reason, without blocking.
+    auto header = read_entry_header(e.arch->dir, e.name);
+    if (!header) {
+      if (header.error().code() == Code::not_found) continue;  // removed meanwhile
+      if (header.error().code() != Code::corrupt) return std::move(header).error();
+      info.problem = reason_of(header.error());
+    } else if (auto key = key_from_header(e, header->key); !key) {
+      info.problem = reason_of(key.error());
+    } else {
+      info.key = std::move(key).value();
+    }
+    out.push_back(ListedEntry{std::move(info), std::move(e)});
   }
   return out;
 }
 
 Result<Summary> DiskCache::scan() const {
-  auto found = scan_files(*s_, std::nullopt);
-  if (!found) return std::move(found).error();
+  auto root = open_root_if_any(*s_);
+  if (!root) return std::move(root).error();
   Summary out;
+  if (!*root) return out;
+  auto found = scan_files(**root, std::nullopt);
+  if (!found) return std::move(found).error();
   std::map<std::string, ArchSummary> by_arch;
   for (const std::string& a : found->arches) by_arch[a].arch = a;
   for (const ScannedEntry& e : found->entries) {
-    ArchSummary& a = by_arch[e.arch];
+    if (!e.regular) continue;  // reported by list and verify, not an entry
+    ArchSummary& a = by_arch[e.arch_name];
     a.entries += 1;
     a.bytes += e.bytes;
     out.entries += 1;
@@ -133,40 +178,33 @@ Result<Summary> DiskCache::scan() const {
 
 Result<std::vector<EntryInfo>> DiskCache::list(const std::optional<std::string>& arch) const {
   if (arch) FJ_TRY(validate_arch(*arch));
-  auto found = scan_files(*s_, arch);
-  if (!found) return std::move(found).error();
+  auto root = open_root_if_any(*s_);
+  if (!root) return std::move(root).error();
   std::vector<EntryInfo> out;
-  for (const ScannedEntry& e : found->entries) {
-    EntryInfo info{key_from_file_name(e), e.path, e.bytes, to_time_point(e.mtime), {}};
-    auto header = read_entry_header(e.path);
-    if (!header) {
-      if (header.error().code() == Code::not_found) continue;  // removed meanwhile
-      if (header.error().code() != Code::corrupt) return std::move(header).error();
-      info.problem = reason_of(header.error());
-    } else if (auto key = key_from_header(e, header->key); !key) {
-      info.problem = reason_of(key.error());
-    } else {
-      info.key = std::move(key).value();
-    }
-    out.push_back(std::move(info));
-  }
+  if (!*root) return out;
+  auto listed = list_entries(**root, arch);
+  if (!listed) return std::move(listed).error();
+  for (ListedEntry& e : *listed) out.push_back(std::move(e.info));
   return out;
 }
 
 Result<VerifyReport> DiskCache::verify(bool remove_bad) {
-  auto found = scan_files(*s_, std::nullopt);
-  if (!found) return std::move(found).error();
+  auto root = open_root_if_any(*s_);
+  if (!root) return std::move(root).error();
   VerifyReport out;
+  if (!*root) return out;
+  auto found = scan_files(**root, std::nullopt);
+  if (!found) return std::move(found).error();
   for (const ScannedEntry& e : found->entries) {
     FileId id = e.id;
     std::optional<Error> problem;
-    auto header = read_entry_header(e.path);
+    auto header = read_entry_header(e.arch->dir, e.name);
     if (!header) {
       if (header.error().code() == Code::not_found) continue;
       problem = std::move(header).error();
     } else if (auto key = key_from_header(e, header->key); !key) {
       problem = std::move(key).error();
-    } else if (auto payload = read_entry(e.path, header->key, &id); !payload) {
+    } else if (auto payload = read_entry(e.arch->dir, e.name, header->key, &id); !payload) {
       if (payload.error().code() == Code::not_found) continue;
       problem = std::move(payload).error();
     }
@@ -176,7 +214,7 @@ Result<VerifyReport> DiskCache::verify(bool remove_bad) {
       continue;
     }
     out.bad.push_back(BadEntry{e.path, reason_of(*problem)});
-    if (remove_bad && remove_bad_entry(e.path, id, /*holding_key_lock=*/false)) {
+    if (remove_bad && remove_bad_entry(*e.arch, e.name, id, /*holding_key_lock=*/false)) {
       out.removed += 1;
       s_->log("verify removed '" + e.path + "': " + reason_of(*problem));
     }
@@ -185,15 +223,18 @@ Result<VerifyReport> DiskCache::verify(bool remove_bad) {
 }
 
 Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
-  auto lock = FileLock::acquire(s_->maintenance_lock_path());
+  auto root = open_root_if_any(*s_);
+  if (!root) return std::move(root).error();
+  PruneReport out;
+  if (!*root) return out;
+  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
   if (!lock) return std::move(lock).error();
-  auto evicted = evict_lru(*s_, max_bytes, /*protect_path=*/"");
+  auto evicted = evict_lru(*s_, **root, max_bytes, /*protect_path=*/"");
   if (!evicted) return std::move(evicted).error();
-  auto found = scan_files(*s_, std::nullopt);
+  auto found = scan_files(**root, std::nullopt);
   if (!found) return std::move(found).error();
   auto left = remove_leftovers(*s_, *found);
   if (!left) return std::move(left).error();
-  PruneReport out;
   out.evicted = evicted->evicted;
   out.bytes_freed = evicted->bytes_freed;
   out.bytes_after = evicted->bytes_after;
@@ -204,13 +245,16 @@ Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
 
 Result<ClearReport> DiskCache::clear(const std::optional<std::string>& arch) {
   if (arch) FJ_TRY(validate_arch(*arch));
-  auto lock = FileLock::acquire(s_->maintenance_lock_path());
-  if (!lock) return std::move(lock).error();
-  auto found = scan_files(*s_, arch);
-  if (!found) return std::move(found).error();
+  auto root = open_root_if_any(*s_);
+  if (!root) return std::move(root).error();
   ClearReport out;
+  if (!*root) return out;
+  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
+  if (!lock) return std::move(lock).error();
+  auto found = scan_files(**root, arch);
+  if (!found) return std::move(found).error();
   for (const ScannedEntry& e : found->entries) {
-    if (::unlink(e.path.c_str()) != 0) continue;  // already gone
+    if (::unlinkat(e.arch->dir.fd(), e.name.c_str(), 0) != 0) continue;  // already gone, or a folder
     out.entries_removed += 1;
     out.bytes_freed += e.bytes;
   }

@@ -32,24 +32,28 @@ struct OpenEntry {
 };
 
 // Opens the file and reads/validates the header; leaves the descriptor at the payload.
-// `id_out`, when given, learns which file was opened even if it then fails verification.
-Result<OpenEntry> open_entry(const std::string& path, FileId* id_out) {
-  // O_NOFOLLOW: an entry is never a symlink, and following one could read outside the cache.
-  auto fd = open_fd(path, O_RDONLY | O_NOFOLLOW);
-  if (!fd) {
-    if (fd.error().detail("errno") == std::to_string(ELOOP)) return corrupt(path, "is a symbolic link");
-    return std::move(fd).error();
+// `id_out`, when given, learns which file was judged even if it then fails verification.
+Result<OpenEntry> open_entry(const PrivateDir& dir, const std::string& name, FileId* id_out) {
+  const std::string path = dir.path_of(name);
+  auto file = open_private_file(dir, name);
+  if (!file) {
+    if (file.error().code() != Code::permission_denied) return std::move(file).error();
+    // Not a regular file, a symlink, another owner's, writable by others: the removal that
+    // follows needs to know which file that was.
+    if (id_out) {
+      if (auto st = stat_at(dir, name))
+        *id_out = FileId{static_cast<unsigned long long>(st->st_dev), static_cast<unsigned long long>(st->st_ino)};
+    }
+    return corrupt(path, file.error().detail("reason").value_or(file.error().message()));
   }
-  struct stat st{};
-  if (::fstat(fd->get(), &st) != 0) return sys_error(Code::io_error, "cannot stat", path, errno);
   OpenEntry e;
-  e.id = FileId{static_cast<unsigned long long>(st.st_dev), static_cast<unsigned long long>(st.st_ino)};
+  e.id = file->id;
   if (id_out) *id_out = e.id;
-  if (!S_ISREG(st.st_mode)) return corrupt(path, "not a regular file");
-  e.file_size = static_cast<std::uint64_t>(st.st_size);
+  e.file_size = file->size;
+  UniqueFd fd = std::move(file->fd);
 
   char fixed[kFixedPrefix];
-  auto got = read_up_to(fd->get(), fixed, sizeof fixed, path);
+  auto got = read_up_to(fd.get(), fixed, sizeof fixed, path);
   if (!got) return std::move(got).error();
   if (*got < sizeof fixed)
     return corrupt(path, "truncated header (" + std::to_string(*got) + " bytes)");
@@ -63,7 +67,7 @@ Result<OpenEntry> open_entry(const std::string& path, FileId* id_out) {
     return corrupt(path, "key length " + std::to_string(key_len) + " outside 1.." + std::to_string(kMaxEntryKeyBytes));
 
   std::string rest(key_len + kFixedSuffix, '\0');
-  got = read_up_to(fd->get(), rest.data(), rest.size(), path);
+  got = read_up_to(fd.get(), rest.data(), rest.size(), path);
   if (!got) return std::move(got).error();
   if (*got < rest.size()) return corrupt(path, "truncated header");
   e.header.key = rest.substr(0, key_len);
@@ -74,7 +78,7 @@ Result<OpenEntry> open_entry(const std::string& path, FileId* id_out) {
   if (e.header.payload_size != e.file_size - e.header.header_bytes)
     return corrupt(path, "header says " + std::to_string(e.header.payload_size) + " payload bytes but the file holds " +
                              std::to_string(e.file_size - e.header.header_bytes));
-  e.fd = std::move(fd).value();
+  e.fd = std::move(fd);
   return e;
 }
 
@@ -90,13 +94,14 @@ std::string encode_entry_header(std::string_view key, std::string_view payload) 
   return h;
 }
 
-Status write_entry(const std::string& path, std::string_view key, std::string_view payload) {
+Status write_entry(const DirFd& dir, const std::string& name, std::string_view key, std::string_view payload) {
+  const std::string path = dir.path_of(name);
   if (key.empty() || key.size() > kMaxEntryKeyBytes)
     return Error(Code::invalid_argument, "cache entry key for '" + path + "' must be 1.." +
                                              std::to_string(kMaxEntryKeyBytes) + " bytes, got " +
                                              std::to_string(key.size()))
         .with("path", path);
-  auto w = AtomicFileWriter::create(path);
+  auto w = AtomicFileWriter::create(dir, name);
   if (!w) return std::move(w).error();
   FJ_TRY(w->write(encode_entry_header(key, payload)));
   FJ_TRY(w->write(payload));
@@ -107,14 +112,16 @@ Status write_entry(const std::string& path, std::string_view key, std::string_vi
   return w->commit(now);
 }
 
-Result<EntryHeader> read_entry_header(const std::string& path) {
-  auto e = open_entry(path, nullptr);
+Result<EntryHeader> read_entry_header(const PrivateDir& dir, const std::string& name) {
+  auto e = open_entry(dir, name, nullptr);
   if (!e) return std::move(e).error();
   return std::move(e->header);
 }
 
-Result<std::string> read_entry(const std::string& path, std::string_view expected_key, FileId* read_id) {
-  auto e = open_entry(path, read_id);
+Result<std::string> read_entry(const PrivateDir& dir, const std::string& name, std::string_view expected_key,
+                               FileId* read_id) {
+  const std::string path = dir.path_of(name);
+  auto e = open_entry(dir, name, read_id);
   if (!e) return std::move(e).error();
   const EntryHeader& h = e->header;
   if (h.key != expected_key)

@@ -8,65 +8,91 @@
 #include <cerrno>
 #include <thread>
 
+#include "cache/lock_holder.hpp"
+
 namespace flashjit::cache {
 
 namespace {
 
 enum class Attempt { locked, busy, replaced };
 
-// One try: open (creating) the lock file, flock it, and make sure the path still names the file
-// we locked. `wait` selects a blocking flock.
-Result<Attempt> attempt(const std::string& path, bool wait, UniqueFd& out) {
-  auto fd = open_fd(path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+// Whether `name` in `dir` still refers to the file open at `fd`.
+Result<bool> still_named(const DirFd& dir, const std::string& name, int fd) {
+  auto held = file_id_of_fd(fd, dir.path_of(name));
+  if (!held) return std::move(held).error();
+  auto now = stat_at(dir, name);
+  if (!now) {
+    if (now.error().code() == Code::not_found) return false;
+    return std::move(now).error();
+  }
+  return FileId{static_cast<unsigned long long>(now->st_dev), static_cast<unsigned long long>(now->st_ino)} == *held;
+}
+
+// One try: open (creating) the lock file, flock it, and make sure the name still refers to the
+// file we locked. `wait` selects a blocking flock. `busy_fd`, when given, keeps the descriptor of
+// a busy lock file (to ask who holds it).
+Result<Attempt> attempt(const DirFd& dir, const std::string& name, bool wait, UniqueFd& out,
+                        UniqueFd* busy_fd = nullptr) {
+  auto fd = open_at(dir, name, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
   if (!fd) return std::move(fd).error();
   int op = LOCK_EX | (wait ? 0 : LOCK_NB);
   while (::flock(fd->get(), op) != 0) {
     if (errno == EINTR) continue;
-    if (errno == EWOULDBLOCK) return Attempt::busy;
-    return sys_error(Code::io_error, "cannot lock", path, errno);
+    if (errno == EWOULDBLOCK) {
+      if (busy_fd) *busy_fd = std::move(fd).value();
+      return Attempt::busy;
+    }
+    return sys_error(Code::io_error, "cannot lock", dir.path_of(name), errno);
   }
-  auto held = file_id_of_fd(fd->get(), path);
-  if (!held) return std::move(held).error();
-  auto now = file_id_of_path(path);
-  if (!now) {
-    if (now.error().code() == Code::not_found) return Attempt::replaced;
-    return std::move(now).error();
-  }
-  if (*now != *held) return Attempt::replaced;  // removed (and maybe recreated) while we waited
+  auto same = still_named(dir, name, fd->get());
+  if (!same) return std::move(same).error();
+  if (!*same) return Attempt::replaced;  // removed (and maybe recreated) while we waited
   out = std::move(fd).value();
   return Attempt::locked;
 }
 
 }  // namespace
 
-Result<FileLock> FileLock::acquire(const std::string& path) {
+Result<FileLock> FileLock::acquire(const DirFd& dir, const std::string& name) {
   for (;;) {
     UniqueFd fd;
-    auto a = attempt(path, /*wait=*/true, fd);
+    auto a = attempt(dir, name, /*wait=*/true, fd);
     if (!a) return std::move(a).error();
-    if (*a == Attempt::locked) return FileLock(std::move(fd), path);
+    if (*a == Attempt::locked) return FileLock(std::move(fd), dir.path_of(name));
   }
 }
 
-Result<std::optional<FileLock>> FileLock::try_acquire(const std::string& path) {
+Result<std::optional<FileLock>> FileLock::try_acquire(const DirFd& dir, const std::string& name) {
   for (;;) {
     UniqueFd fd;
-    auto a = attempt(path, /*wait=*/false, fd);
+    auto a = attempt(dir, name, /*wait=*/false, fd);
     if (!a) return std::move(a).error();
     if (*a == Attempt::busy) return std::optional<FileLock>();
-    if (*a == Attempt::locked) return std::optional<FileLock>(FileLock(std::move(fd), path));
+    if (*a == Attempt::locked) return std::optional<FileLock>(FileLock(std::move(fd), dir.path_of(name)));
   }
 }
 
-Result<std::optional<FileLock>> FileLock::acquire_for(const std::string& path, std::chrono::milliseconds timeout) {
+Result<std::optional<FileLock>> FileLock::acquire_for(const DirFd& dir, const std::string& name,
+                                                     std::chrono::milliseconds timeout,
+                                                     const LockWaitNotices& notices) {
   using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + timeout;
+  const auto start = clock::now();
+  const auto deadline = start + timeout;
+  auto next_notice = start + notices.first_after;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    auto r = try_acquire(path);
-    if (!r || r->has_value()) return r;
+    UniqueFd fd, busy;
+    auto a = attempt(dir, name, /*wait=*/false, fd, notices.notify ? &busy : nullptr);
+    if (!a) return std::move(a).error();
+    if (*a == Attempt::locked) return std::optional<FileLock>(FileLock(std::move(fd), dir.path_of(name)));
+    if (*a == Attempt::replaced) continue;
     auto now = clock::now();
     if (now >= deadline) return std::optional<FileLock>();
+    if (notices.notify && now >= next_notice) {
+      notices.notify(LockWait{dir.path_of(name), std::chrono::duration_cast<std::chrono::milliseconds>(now - start),
+                              timeout, describe_holder(flock_holder(busy.get()))});
+      next_notice = now + std::max(notices.every, std::chrono::milliseconds(1));
+    }
     // Backing off keeps many waiters cheap; the cap bounds the delay after a holder lets go
     // (builds take seconds, so a few tens of milliseconds do not matter).
     std::this_thread::sleep_for(std::min<clock::duration>(pause, deadline - now));
@@ -74,8 +100,9 @@ Result<std::optional<FileLock>> FileLock::acquire_for(const std::string& path, s
   }
 }
 
-Result<bool> remove_lock_file_if_unheld(const std::string& path) {
-  auto fd = open_fd(path, O_RDWR | O_NOFOLLOW);
+Result<bool> remove_lock_file_if_unheld(const DirFd& dir, const std::string& name) {
+  const std::string path = dir.path_of(name);
+  auto fd = open_at(dir, name, O_RDWR | O_NOFOLLOW);
   if (!fd) {
     if (fd.error().code() == Code::not_found) return false;
     return std::move(fd).error();
@@ -85,11 +112,10 @@ Result<bool> remove_lock_file_if_unheld(const std::string& path) {
     if (errno == EWOULDBLOCK) return false;
     return sys_error(Code::io_error, "cannot lock", path, errno);
   }
-  auto held = file_id_of_fd(fd->get(), path);
-  auto now = file_id_of_path(path);
-  if (!held || !now || *held != *now) return false;  // someone else already replaced it
+  auto same = still_named(dir, name, fd->get());
+  if (!same || !*same) return false;  // someone else already replaced it
   // Unlink while still holding the lock: waiters on this file will see it is gone and retry.
-  if (::unlink(path.c_str()) != 0) {
+  if (::unlinkat(dir.fd(), name.c_str(), 0) != 0) {
     if (errno == ENOENT) return false;
     return sys_error(Code::io_error, "cannot remove lock file", path, errno);
   }

@@ -6,10 +6,15 @@
 //
 // Lock files may be removed (prune/clear) while nobody holds them. To make that safe, a remover
 // only unlinks a file it has locked itself, and an acquirer that wins the lock checks that the
-// path still names the file it locked, retrying otherwise.
+// name still refers to the file it locked, retrying otherwise. Lock files are reached relative to
+// their folder's descriptor and never through a symlink.
+//
+// A holder that is stopped (SIGSTOP, a debugger), not killed, keeps its lock: waiters with a
+// timeout then say, while they wait, who holds it and for how long they have waited.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -18,16 +23,40 @@
 
 namespace flashjit::cache {
 
+// A build takes about a second: after five seconds of waiting the holder is slow, stuck or
+// stopped, and whoever waits should hear about it.
+inline constexpr std::chrono::seconds kLockWaitNoticeAfter{5};
+// Often enough to show a wait is still going on, rare enough not to flood a log over a wait of
+// minutes.
+inline constexpr std::chrono::seconds kLockWaitNoticeEvery{30};
+
+// One notice of a wait that is still going on.
+struct LockWait {
+  std::string path;                  // the lock file
+  std::chrono::milliseconds waited;  // so far
+  std::chrono::milliseconds timeout;
+  std::string holder;                // describe_holder(): "pid 1234 (T (stopped))", ...
+};
+
+struct LockWaitNotices {
+  std::chrono::milliseconds first_after = kLockWaitNoticeAfter;
+  std::chrono::milliseconds every = kLockWaitNoticeEvery;
+  std::function<void(const LockWait&)> notify;  // empty: wait silently
+};
+
 class FileLock {
  public:
   // Waits as long as it takes.
-  static Result<FileLock> acquire(const std::string& path);
+  static Result<FileLock> acquire(const DirFd& dir, const std::string& name);
 
   // Returns nullopt if someone else holds the lock; never waits.
-  static Result<std::optional<FileLock>> try_acquire(const std::string& path);
+  static Result<std::optional<FileLock>> try_acquire(const DirFd& dir, const std::string& name);
 
   // Polls (backing off to a few tens of milliseconds) until `timeout`; nullopt when it ran out.
-  static Result<std::optional<FileLock>> acquire_for(const std::string& path, std::chrono::milliseconds timeout);
+  // `notices.notify` hears about the wait after `first_after`, then every `every`.
+  static Result<std::optional<FileLock>> acquire_for(const DirFd& dir, const std::string& name,
+                                                     std::chrono::milliseconds timeout,
+                                                     const LockWaitNotices& notices = {});
 
   FileLock(FileLock&&) = default;
   FileLock& operator=(FileLock&&) = default;
@@ -45,6 +74,6 @@ class FileLock {
 
 // Removes a lock file if no one holds it (see above). Returns true if it was removed; false if it
 // was held or already gone.
-Result<bool> remove_lock_file_if_unheld(const std::string& path);
+Result<bool> remove_lock_file_if_unheld(const DirFd& dir, const std::string& name);
 
 }  // namespace flashjit::cache

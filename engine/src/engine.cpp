@@ -143,6 +143,7 @@ class Engine::Impl {
     r.compile_ms = bin->compile_ms;
     r.from_disk = bin->origin == BinaryOrigin::disk;
     r.nvrtc_log = bin->nvrtc_log;
+    r.disk_cache_problem = bin->disk_cache_problem;
     return r;
   }
 

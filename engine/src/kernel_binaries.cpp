@@ -39,7 +39,8 @@ cache::DiskCache* KernelBinaries::open_disk() {
     o.logger = log_;
     auto d = cache::DiskCache::open(o);
     if (!d.ok()) {
-      if (log_) log_("disk cache disabled: " + d.error().to_string());
+      disk_open_problem_ = "disk cache disabled: " + d.error().message();
+      if (log_) log_("disk cache disabled, compiling in memory: " + d.error().to_string());
       return;
     }
     disk_ = std::make_unique<cache::DiskCache>(std::move(d).value());
@@ -59,20 +60,39 @@ Result<KernelBinary> KernelBinaries::get(const KernelVariant& v, const Arch& arc
     out.nvrtc_log = compiled->log;
     return std::move(compiled->cubin);
   };
-  cache::DiskCache* disk = open_disk();
-  if (!disk) {
+  auto in_memory = [&](std::string problem) -> Result<KernelBinary> {
     auto cubin = build();
     if (!cubin.ok()) return std::move(cubin).error();
     out.cubin = std::move(cubin).value();
+    out.disk_cache_problem = std::move(problem);
     return out;
-  }
+  };
+  cache::DiskCache* disk = open_disk();
+  if (!disk) return in_memory(disk_open_problem_);
   auto key = cache_key(v, arch);
   if (!key.ok()) return std::move(key).error();
   cache::LookupOutcome outcome = cache::LookupOutcome::built;
-  auto cubin = disk->get_or_build(key.value(), build, &outcome);
-  if (!cubin.ok()) return std::move(cubin).error();
+  std::optional<Error> store_error;
+  bool build_failed = false;
+  auto cubin = disk->get_or_build(
+      key.value(),
+      [&]() -> Result<std::string> {
+        auto r = build();
+        build_failed = !r.ok();
+        return r;
+      },
+      &outcome, &store_error);
+  if (!cubin.ok()) {
+    if (build_failed) return std::move(cubin).error();
+    // The cache refused a folder (an unsafe arch or locks folder) or failed otherwise: as with an
+    // unsafe root, the kernel is compiled in memory and nothing is read from or written there.
+    if (log_) log_("disk cache not used for " + v.name() + ", compiling in memory: " + cubin.error().to_string());
+    return in_memory(cubin.error().message());
+  }
   out.cubin = std::move(cubin).value();
   out.origin = outcome == cache::LookupOutcome::built ? BinaryOrigin::compiled : BinaryOrigin::disk;
+  // The cache has logged the failed store; the caller learns it here.
+  if (store_error) out.disk_cache_problem = "could not store it: " + store_error->message();
   return out;
 }
 

@@ -30,6 +30,9 @@ struct KernelBinary {
   BinaryOrigin origin = BinaryOrigin::compiled;
   double compile_ms = 0;  // 0 for disk hits
   std::string nvrtc_log;
+  // Why this kernel is not in the disk cache although the disk cache is on: a refused folder
+  // (then it was compiled in memory), a failed store. Empty when it is there or the cache is off.
+  std::string disk_cache_problem;
 };
 
 class KernelBinaries {
@@ -37,7 +40,9 @@ class KernelBinaries {
   using Log = std::function<void(const std::string&)>;
 
   // use_disk false: compile every time (no files read or written). A cache folder that fails
-  // its safety checks is refused: the engine logs why and compiles in memory instead.
+  // its safety checks (the root, an arch folder or its locks/ folder) is refused: the engine
+  // logs why and compiles in memory instead; so it does when the cache fails for any other
+  // reason (only a failed compile is the caller's error).
   KernelBinaries(bool use_disk, std::optional<std::string> cache_dir, Log log);
 
   static Result<cache::EntryKey> cache_key(const KernelVariant& v, const Arch& arch);
@@ -57,6 +62,7 @@ class KernelBinaries {
   Log log_;
   std::once_flag open_once_;
   std::unique_ptr<cache::DiskCache> disk_;
+  std::string disk_open_problem_;  // why the disk cache could not be opened
 };
 
 }  // namespace flashjit

@@ -1,6 +1,8 @@
 #include "autotune/tuning_store.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -207,6 +209,44 @@ TEST_CASE("tuning_store: a corrupt file found by put is moved aside and replaced
   REQUIRE(s.put(key_for(256), sample_record()).ok());
   CHECK(log.contains("moved aside"));
   CHECK(open_store(root).find(key_for(256), kHash).has_value());
+}
+
+TEST_CASE("tuning_store: a FIFO, a folder or an unsafe file at the tuning file's name is never read, and moved aside") {
+  TempDir tmp;
+  const std::string root = tmp / "root";
+  std::string path;
+  {
+    TuningStore s = open_store(root);
+    REQUIRE(s.put(key_for(64), sample_record()).ok());
+    path = s.path();
+  }
+  std::string what;
+  SUBCASE("a FIFO") {
+    REQUIRE(::unlink(path.c_str()) == 0);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    what = "FIFO";
+  }
+  SUBCASE("a folder") {
+    REQUIRE(::unlink(path.c_str()) == 0);
+    REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+    what = "folder";
+  }
+  SUBCASE("writable by others") {
+    REQUIRE(::chmod(path.c_str(), 0666) == 0);
+    what = "writable by group or others";
+  }
+  const int code = test_support::run_bounded(10, [&] {
+    LogSink log;
+    auto s = TuningStore::open(root, kDevice, kArch, "12.4", "12040", log.fn(), test_knobs);
+    if (!s.ok()) return 1;
+    if (!s->records().empty()) return 2;  // nothing was read from it
+    if (!log.contains(what) || !log.contains("moved aside")) return 3;
+    return s->put(key_for(128), sample_record()).ok() ? 0 : 4;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means the open blocked
+  auto after = open_store(root);
+  CHECK(after.find(key_for(128), kHash).has_value());
+  CHECK_FALSE(after.find(key_for(64), kHash).has_value());
 }
 
 TEST_CASE("tuning_store: another device's file at our path is not used") {

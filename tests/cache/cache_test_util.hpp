@@ -14,6 +14,7 @@
 
 #include "cache/disk_cache.hpp"
 #include "cache/entry_key.hpp"
+#include "cache/private_dir.hpp"
 #include "base/content_hash.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -44,6 +45,13 @@ inline DiskCache open_cache(const std::string& root, LogSink* log = nullptr,
   auto c = DiskCache::open(o);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
   return std::move(c).value();
+}
+
+// A folder opened and checked as the cache does (a TempDir is private: mkdtemp makes it 0700).
+inline PrivateDir private_dir(const std::string& path) {
+  auto d = PrivateDir::open_root(path, /*create=*/false);
+  REQUIRE_MESSAGE(d.ok(), (d.ok() ? "" : d.error().to_string()));
+  return std::move(d).value();
 }
 
 inline EntryKey make_key(const std::string& name, const std::string& arch = "sm_90a") {

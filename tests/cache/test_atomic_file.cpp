@@ -56,7 +56,7 @@ TEST_CASE("atomic_file: an abandoned writer removes its temp file") {
   }
   CHECK(count_with_prefix(dir.path(), ".tmp-") == 0);
   CHECK_FALSE(exists(dir / "out"));
-  CHECK(write_file_atomic(dir / "out", "x").ok());
+  CHECK(write_file_atomic(private_dir(dir.path()), "out", "x").ok());
   CHECK(read_file(dir / "out") == "x");
 }
 
@@ -83,17 +83,36 @@ TEST_CASE("atomic_file: a writer killed mid-write leaves only a stale temp file"
   CHECK_FALSE(exists(dir / "out"));
   REQUIRE(count_with_prefix(dir.path(), ".tmp-") == 1);
   std::string temp;
-  for (const auto& f : files_in(dir.path())) temp = dir / f;
-  CHECK(is_stale_temp(temp));  // its pid is gone
+  for (const auto& f : files_in(dir.path())) temp = f;
+  const PrivateDir d = private_dir(dir.path());
+  CHECK(is_stale_temp(d, temp, StaleRule::old_or_writer_gone));  // its pid is gone
+  CHECK_FALSE(is_stale_temp(d, temp, StaleRule::old_and_writer_gone));  // but it is fresh
 }
 
-TEST_CASE("atomic_file: a live writer's temp file is stale only when old") {
+TEST_CASE("atomic_file: a live writer's temp file is stale for prune only when old, never for cleanup on write") {
   TempDir dir;
-  std::string temp = dir / make_temp_name();  // our own pid: alive
-  write_file(temp, "x");
-  CHECK_FALSE(is_stale_temp(temp));
+  const PrivateDir d = private_dir(dir.path());
+  const std::string name = make_temp_name();  // our own pid: alive
+  write_file(dir / name, "x");
+  CHECK_FALSE(is_stale_temp(d, name, StaleRule::old_or_writer_gone));
   timespec old[2] = {{::time(nullptr) - 3600, 0}, {::time(nullptr) - 3600, 0}};
-  ::utimensat(AT_FDCWD, temp.c_str(), old, 0);
-  CHECK(is_stale_temp(temp));
-  CHECK_FALSE(is_stale_temp(dir / ".tmp-1-gone"));  // no file: nothing to clean
+  ::utimensat(AT_FDCWD, (dir / name).c_str(), old, 0);
+  CHECK(is_stale_temp(d, name, StaleRule::old_or_writer_gone));
+  CHECK_FALSE(is_stale_temp(d, name, StaleRule::old_and_writer_gone));  // a stopped writer may resume
+  CHECK(remove_stale_temps(d).empty());
+  CHECK(exists(dir / name));
+  CHECK_FALSE(is_stale_temp(d, ".tmp-1-gone", StaleRule::old_or_writer_gone));  // no file: nothing to clean
+}
+
+TEST_CASE("atomic_file: a folder in place of the destination makes commit fail, naming it") {
+  TempDir dir;
+  REQUIRE(::mkdir((dir / "out").c_str(), 0700) == 0);
+  auto w = AtomicFileWriter::create(dir / "out");
+  REQUIRE(w.ok());
+  REQUIRE(w->write("x").ok());
+  auto st = w->commit();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message().find(dir / "out") != std::string::npos);
+  CHECK(st.error().message().find("a folder is in its place") != std::string::npos);
+  CHECK(count_with_prefix(dir.path(), ".tmp-") == 0);
 }

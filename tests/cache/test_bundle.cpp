@@ -1,8 +1,11 @@
 #include "cache/bundle.hpp"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "cache/entry_key.hpp"
 #include "cache/le_codec.hpp"
 #include "cache_test_util.hpp"
 
@@ -224,4 +227,104 @@ TEST_CASE("bundle: size limits and missing files") {
   auto ok = import_bundle(target, tmp / "big.fjb");
   REQUIRE(ok.ok());
   CHECK(ok->imported == 1);
+}
+
+// ---- issue 6 ----
+
+TEST_CASE("bundle: a FIFO, a folder or a device given as the bundle is refused without blocking") {
+  TempDir tmp;
+  REQUIRE(::mkfifo((tmp / "pipe.fjb").c_str(), 0600) == 0);
+  REQUIRE(::mkdir((tmp / "dir.fjb").c_str(), 0700) == 0);
+  const std::string root = tmp / "target";
+  const int code = test_support::run_bounded(5, [&] {
+    auto target = open_cache(root);
+    int bad = 0;
+    for (const std::string& path : {tmp / "pipe.fjb", tmp / "dir.fjb", std::string("/dev/null")}) {
+      auto r = import_bundle(target, path);
+      if (r.ok() || r.error().message().find("not a regular file") == std::string::npos) bad |= 1;
+      if (r.ok() || r.error().message().find(path) == std::string::npos) bad |= 2;
+    }
+    return bad;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means an open blocked
+}
+
+TEST_CASE("bundle: a huge file that is not a bundle is refused from its first bytes, never read whole") {
+  TempDir tmp;
+  auto target = open_cache(tmp / "target");
+  const std::string big = tmp / "disk.img";
+  {
+    int fd = ::open(big.c_str(), O_CREAT | O_WRONLY, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(3ull << 30)) == 0);  // sparse: costs no disk
+    REQUIRE(::pwrite(fd, "NOTABNDL", 8, 0) == 8);
+    ::close(fd);
+  }
+  // rchar: the bytes this process has read through read() and friends.
+  auto bytes_read = [] {
+    std::string io = read_file("/proc/self/io");
+    auto at = io.find("rchar: ");
+    return at == std::string::npos ? 0ull : std::stoull(io.substr(at + 7));
+  };
+  const auto before = bytes_read();
+  auto r = import_bundle(target, big);
+  const auto read = bytes_read() - before;
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::corrupt);
+  CHECK(r.error().message().find("bad magic") != std::string::npos);
+  CHECK_MESSAGE(read < (1u << 20), read << " bytes read to refuse a file that is not a bundle");
+}
+
+TEST_CASE("bundle: two keys that share an entry file name are a collision, reported and counted once") {
+  TempDir tmp;
+  // The same name and the same first 16 hex digits of the hash: the same file on disk.
+  const std::string h1 = hash_hex("one");
+  std::string h2 = h1;
+  h2.back() = h2.back() == '0' ? '1' : '0';
+  REQUIRE(entry_file_name({"sm_90a", "k", h1}) == entry_file_name({"sm_90a", "k", h2}));
+  write_file(tmp / "c.fjb", raw_bundle({{"sm_90a", "k", h1, "first"}, {"sm_90a", "k", h2, "second"},
+                                        {"sm_90a", "other", h1, "third"}}));
+  auto target = open_cache(tmp / "target");
+  auto r = import_bundle(target, tmp / "c.fjb");
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  CHECK(r->entries == 3);
+  CHECK(r->imported == 2);  // what was written, not what was asked for
+  CHECK(r->payload_bytes == 10);
+  REQUIRE(r->collisions.size() == 1);
+  CHECK(r->collisions[0].key == entry_identity({"sm_90a", "k", h2}));
+  CHECK(r->collisions[0].other_key == entry_identity({"sm_90a", "k", h1}));
+  CHECK(r->collisions[0].path == target.entry_path({"sm_90a", "k", h1}));
+  CHECK(target.scan()->entries == 2);
+  CHECK(target.load({"sm_90a", "k", h1}).value() == std::string("first"));
+  CHECK(target.load({"sm_90a", "other", h1}).value() == std::string("third"));
+  CHECK_FALSE(target.load({"sm_90a", "k", h2}).value().has_value());
+}
+
+TEST_CASE("bundle: an entry whose file already holds another valid key of the cache is a collision; that entry stays") {
+  TempDir tmp;
+  const std::string h1 = hash_hex("mine");
+  std::string h2 = h1;
+  h2.back() = h2.back() == '0' ? '1' : '0';
+  auto target = open_cache(tmp / "target");
+  REQUIRE(target.store({"sm_90a", "k", h1}, "built here").ok());
+  write_file(tmp / "b.fjb", raw_bundle({{"sm_90a", "k", h2, "from the bundle"}}));
+  for (bool replace : {false, true}) {
+    ImportOptions o;
+    o.replace_existing = replace;
+    auto r = import_bundle(target, tmp / "b.fjb", o);
+    REQUIRE(r.ok());
+    CHECK(r->imported == 0);
+    REQUIRE(r->collisions.size() == 1);
+    CHECK(r->collisions[0].other_key == entry_identity({"sm_90a", "k", h1}));
+    CHECK(target.load({"sm_90a", "k", h1}).value() == std::string("built here"));
+  }
+  // A damaged entry at that file is not worth keeping: the bundle's replaces it.
+  std::string b = read_file(target.entry_path({"sm_90a", "k", h1}));
+  b.back() ^= 1;
+  write_file(target.entry_path({"sm_90a", "k", h1}), b);
+  auto r = import_bundle(target, tmp / "b.fjb");
+  REQUIRE(r.ok());
+  CHECK(r->imported == 1);
+  CHECK(r->collisions.empty());
+  CHECK(target.load({"sm_90a", "k", h2}).value() == std::string("from the bundle"));
 }

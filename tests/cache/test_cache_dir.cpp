@@ -63,14 +63,18 @@ TEST_CASE("cache_dir: created folders are 0700 whatever the umask") {
   CHECK(mode_of(tmp / "a") == 0700);
   CHECK(mode_of(tmp / "a/b") == 0700);
   CHECK(mode_of(tmp / "a/b/root") == 0700);
-  auto arch = dir->create_arch_dir("sm_90a");
+  auto root = dir->open_root(/*create=*/false);
+  REQUIRE(root.ok());
+  auto arch = CacheDir::create_arch_dir(*root, "sm_90a");
   REQUIRE(arch.ok());
-  CHECK(*arch == tmp / "a/b/root/sm_90a");
-  CHECK(mode_of(*arch) == 0700);
+  CHECK(arch->dir.path() == tmp / "a/b/root/sm_90a");
+  CHECK(mode_of(arch->dir.path()) == 0700);
+  REQUIRE(arch->locks.has_value());
+  CHECK(arch->locks->path() == dir->locks_path("sm_90a"));
   CHECK(mode_of(dir->locks_path("sm_90a")) == 0700);
-  CHECK(dir->existing_arch_dir("sm_90a").ok());
-  CHECK(dir->existing_arch_dir("sm_80").error().code() == Code::not_found);
-  auto arches = dir->arches();
+  CHECK(CacheDir::existing_arch_dir(*root, "sm_90a").ok());
+  CHECK(CacheDir::existing_arch_dir(*root, "sm_80").error().code() == Code::not_found);
+  auto arches = CacheDir::arches(*root);
   REQUIRE(arches.ok());
   CHECK(*arches == std::vector<std::string>{"sm_90a"});
 }
@@ -96,15 +100,22 @@ TEST_CASE("cache_dir: a mode change after open is caught on the next check") {
   TempDir tmp;
   auto dir = CacheDir::open(tmp / "root");
   REQUIRE(dir.ok());
-  REQUIRE(dir->create_arch_dir("sm_80").ok());
+  auto root = dir->open_root(/*create=*/false);
+  REQUIRE(root.ok());
+  REQUIRE(CacheDir::create_arch_dir(*root, "sm_80").ok());
   ::chmod((tmp / "root/sm_80").c_str(), 0775);
-  auto arch = dir->existing_arch_dir("sm_80");
+  auto arch = CacheDir::existing_arch_dir(*root, "sm_80");
   REQUIRE_FALSE(arch.ok());
   CHECK(arch.error().code() == Code::permission_denied);
   CHECK(arch.error().message().find(tmp / "root/sm_80") != std::string::npos);
-  CHECK(dir->arches().error().code() == Code::permission_denied);
+  ::chmod((tmp / "root/sm_80").c_str(), 0700);
+  ::chmod((tmp / "root/sm_80/locks").c_str(), 0777);  // an unsafe locks folder spoils its arch
+  arch = CacheDir::existing_arch_dir(*root, "sm_80");
+  REQUIRE_FALSE(arch.ok());
+  CHECK(arch.error().code() == Code::permission_denied);
+  CHECK(arch.error().message().find(tmp / "root/sm_80/locks") != std::string::npos);
   ::chmod((tmp / "root").c_str(), 0777);
-  CHECK(dir->check_root().error().code() == Code::permission_denied);
+  CHECK(dir->open_root(/*create=*/false).error().code() == Code::permission_denied);
 }
 
 TEST_CASE("cache_dir: a folder owned by another uid is refused") {
@@ -128,10 +139,18 @@ TEST_CASE("cache_dir: the root may be a symlink, an arch folder may not") {
   REQUIRE(dir.ok());
   ::mkdir((tmp / "elsewhere").c_str(), 0700);
   ::symlink((tmp / "elsewhere").c_str(), (tmp / "real/sm_80").c_str());
-  auto arch = dir->existing_arch_dir("sm_80");
+  auto root = dir->open_root(/*create=*/false);
+  REQUIRE(root.ok());
+  auto arch = CacheDir::existing_arch_dir(*root, "sm_80");
   REQUIRE_FALSE(arch.ok());
   CHECK(arch.error().code() == Code::permission_denied);
   CHECK(arch.error().message().find("symbolic link") != std::string::npos);
+  CHECK(CacheDir::create_arch_dir(*root, "sm_80").error().code() == Code::permission_denied);
+  CHECK(test_support::files_in(tmp / "elsewhere").empty());  // nothing was made through the link
+  write_file(tmp / "real/sm_86", "a file where a folder should be");
+  auto file = CacheDir::existing_arch_dir(*root, "sm_86");
+  REQUIRE_FALSE(file.ok());
+  CHECK(file.error().message().find("not a folder") != std::string::npos);
 }
 
 TEST_CASE("cache_dir: a file where the root should be is refused") {

@@ -158,7 +158,7 @@ TEST_CASE("manage: prune removes stale temp files and unused lock files, keeps l
 
   EntryKey busy = make_key("busy");
   std::string busy_lock = arch + "/locks/" + lock_file_name(busy);
-  auto held = FileLock::acquire(busy_lock);
+  auto held = FileLock::acquire(private_dir(arch + "/locks"), lock_file_name(busy));
   REQUIRE(held.ok());
 
   auto r = cache.prune(cache.max_bytes());

@@ -1,6 +1,7 @@
 #include "cache/entry_file.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cache/le_codec.hpp"
@@ -20,9 +21,11 @@ std::string payload() {
   return p;
 }
 
-void check_corrupt(const std::string& path, const std::string& expected_key, const std::string& reason_part) {
+void check_corrupt(const PrivateDir& dir, const std::string& name, const std::string& expected_key,
+                   const std::string& reason_part) {
+  const std::string path = dir.path_of(name);
   FileId id;
-  auto r = read_entry(path, expected_key, &id);
+  auto r = read_entry(dir, name, expected_key, &id);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Code::corrupt);
   CHECK(r.error().message().find(path) != std::string::npos);
@@ -36,9 +39,11 @@ void check_corrupt(const std::string& path, const std::string& expected_key, con
 
 TEST_CASE("entry_file: write then read round trip, header as documented") {
   TempDir dir;
+  const PrivateDir d = private_dir(dir.path());
   std::string path = dir / "e.fjk";
-  REQUIRE(write_entry(path, kKey, payload()).ok());
-  auto r = read_entry(path, kKey);
+  REQUIRE(write_entry(d, "e.fjk", kKey, payload()).ok());
+  CHECK(mode_of(path) == 0600);
+  auto r = read_entry(d, "e.fjk", kKey);
   REQUIRE(r.ok());
   CHECK(*r == payload());
 
@@ -51,7 +56,7 @@ TEST_CASE("entry_file: write then read round trip, header as documented") {
   CHECK(get_le(bytes.data() + 16 + kKey.size(), 8) == payload().size());
   CHECK(get_le(bytes.data() + 24 + kKey.size(), 8) == hash64(payload()));
 
-  auto h = read_entry_header(path);
+  auto h = read_entry_header(d, "e.fjk");
   REQUIRE(h.ok());
   CHECK(h->key == kKey);
   CHECK(h->payload_size == payload().size());
@@ -61,84 +66,104 @@ TEST_CASE("entry_file: write then read round trip, header as documented") {
 
 TEST_CASE("entry_file: an empty payload is a valid entry") {
   TempDir dir;
-  REQUIRE(write_entry(dir / "e.fjk", kKey, "").ok());
-  CHECK(read_entry(dir / "e.fjk", kKey).value().empty());
+  const PrivateDir d = private_dir(dir.path());
+  REQUIRE(write_entry(d, "e.fjk", kKey, "").ok());
+  CHECK(read_entry(d, "e.fjk", kKey).value().empty());
 }
 
 TEST_CASE("entry_file: a missing file is not_found, not corrupt") {
   TempDir dir;
-  auto r = read_entry(dir / "none.fjk", kKey);
+  auto r = read_entry(private_dir(dir.path()), "none.fjk", kKey);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Code::not_found);
 }
 
 TEST_CASE("entry_file: every kind of damage is caught with its reason") {
   TempDir dir;
+  const PrivateDir d = private_dir(dir.path());
   std::string path = dir / "e.fjk";
   auto fresh = [&] {
-    REQUIRE(write_entry(path, kKey, payload()).ok());
+    REQUIRE(write_entry(d, "e.fjk", kKey, payload()).ok());
     return read_file(path);
   };
 
   SUBCASE("truncated payload") {
     std::string b = fresh();
     REQUIRE(::truncate(path.c_str(), static_cast<off_t>(b.size() - 10)) == 0);
-    check_corrupt(path, kKey, "payload bytes");
+    check_corrupt(d, "e.fjk", kKey, "payload bytes");
   }
   SUBCASE("truncated header") {
     fresh();
     REQUIRE(::truncate(path.c_str(), 10) == 0);
-    check_corrupt(path, kKey, "truncated header");
+    check_corrupt(d, "e.fjk", kKey, "truncated header");
   }
   SUBCASE("empty file") {
     write_file(path, "");
-    check_corrupt(path, kKey, "truncated header");
+    check_corrupt(d, "e.fjk", kKey, "truncated header");
   }
   SUBCASE("extra bytes appended") {
     write_file(path, fresh() + "x");
-    check_corrupt(path, kKey, "payload bytes");
+    check_corrupt(d, "e.fjk", kKey, "payload bytes");
   }
   SUBCASE("flipped payload byte") {
     std::string b = fresh();
     b[b.size() - 1] ^= 0x01;
     write_file(path, b);
-    check_corrupt(path, kKey, "checksum");
+    check_corrupt(d, "e.fjk", kKey, "checksum");
   }
   SUBCASE("wrong magic") {
     std::string b = fresh();
     b[0] = 'X';
     write_file(path, b);
-    check_corrupt(path, kKey, "bad magic");
+    check_corrupt(d, "e.fjk", kKey, "bad magic");
   }
   SUBCASE("wrong version") {
     std::string b = fresh();
     b[8] = 99;
     write_file(path, b);
-    check_corrupt(path, kKey, "format version 99");
+    check_corrupt(d, "e.fjk", kKey, "format version 99");
   }
   SUBCASE("absurd key length") {
     std::string b = fresh();
     b[15] = 0x7f;
     write_file(path, b);
-    check_corrupt(path, kKey, "key length");
+    check_corrupt(d, "e.fjk", kKey, "key length");
   }
   SUBCASE("key mismatch") {
     fresh();
-    check_corrupt(path, "sm_90a/kernel/ffffffffffffffff0123456789abcdef", "holds key");
+    check_corrupt(d, "e.fjk", "sm_90a/kernel/ffffffffffffffff0123456789abcdef", "holds key");
   }
   SUBCASE("symlink instead of a file") {
     fresh();
     REQUIRE(::symlink(path.c_str(), (dir / "link.fjk").c_str()) == 0);
-    auto r = read_entry(dir / "link.fjk", kKey);
-    REQUIRE_FALSE(r.ok());
-    CHECK(r.error().code() == Code::corrupt);
+    check_corrupt(d, "link.fjk", kKey, "symbolic link");
+  }
+  SUBCASE("a FIFO: judged without blocking") {
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    check_corrupt(d, "e.fjk", kKey, "not a regular file (a FIFO)");
+  }
+  SUBCASE("a folder") {
+    REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+    check_corrupt(d, "e.fjk", kKey, "not a regular file (a folder)");
+  }
+  SUBCASE("writable by others") {
+    fresh();
+    REQUIRE(::chmod(path.c_str(), 0602) == 0);
+    check_corrupt(d, "e.fjk", kKey, "writable by group or others (mode 0602)");
+  }
+  SUBCASE("another user's") {
+    if (::geteuid() != 0) return;  // only root can give a file away
+    fresh();
+    REQUIRE(::chown(path.c_str(), 54321, 54321) == 0);
+    check_corrupt(d, "e.fjk", kKey, "owned by uid 54321");
   }
 }
 
 TEST_CASE("entry_file: keys must fit the format") {
   TempDir dir;
-  CHECK(write_entry(dir / "e.fjk", "", "x").error().code() == Code::invalid_argument);
-  CHECK(write_entry(dir / "e.fjk", std::string(kMaxEntryKeyBytes + 1, 'k'), "x").error().code() ==
+  const PrivateDir d = private_dir(dir.path());
+  CHECK(write_entry(d, "e.fjk", "", "x").error().code() == Code::invalid_argument);
+  CHECK(write_entry(d, "e.fjk", std::string(kMaxEntryKeyBytes + 1, 'k'), "x").error().code() ==
         Code::invalid_argument);
   CHECK_FALSE(exists(dir / "e.fjk"));
 }

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <string>
+
 #include "cache_test_util.hpp"
 
 using namespace flashjit;
@@ -68,6 +70,55 @@ TEST_CASE("posix_io: unlink_if_exists, file ids and fsync_dir") {
   REQUIRE(id2.ok());
   CHECK(*id1 != FileId{});
   CHECK(fsync_dir(dir.path()).ok());
+}
+
+TEST_CASE("posix_io: open_regular_file never blocks and names what it refused") {
+  TempDir dir;
+  write_file(dir / "file", "abc");
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+  REQUIRE(::mkdir((dir / "folder").c_str(), 0700) == 0);
+  const int code = test_support::run_bounded(5, [&] {
+    int bad = 0;
+    auto f = open_regular_file(dir / "file");
+    if (!f.ok() || f->size != 3) bad |= 1;
+    struct Case {
+      std::string path, what;
+    };
+    for (const Case& c : {Case{dir / "fifo", "a FIFO"}, Case{dir / "folder", "a folder"},
+                          Case{"/dev/null", "a character device"}}) {
+      auto r = open_regular_file(c.path);
+      if (r.ok() || r.error().code() != Code::invalid_argument) bad |= 2;
+      else if (r.error().message().find(c.path) == std::string::npos ||
+               r.error().detail("reason") != "is not a regular file (" + c.what + ")")
+        bad |= 4;
+    }
+    auto d = DirFd::open(dir.path());
+    if (!d.ok()) return bad | 8;
+    auto fifo = open_regular_file_at(*d, "fifo");
+    if (fifo.ok() || fifo.error().detail("reason") != std::string("is not a regular file (a FIFO)")) bad |= 16;
+    return bad;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means an open blocked
+}
+
+TEST_CASE("posix_io: a DirFd keeps reaching the folder it opened") {
+  TempDir dir;
+  REQUIRE(::mkdir((dir / "a").c_str(), 0700) == 0);
+  auto d = DirFd::open(dir / "a");
+  REQUIRE(d.ok());
+  REQUIRE(::rename((dir / "a").c_str(), (dir / "b").c_str()) == 0);
+  write_file(dir / "b/x", "1");
+  auto list = list_dir(*d);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK((*list)[0].name == "x");
+  CHECK(list_dir(*d)->size() == 1);  // listing twice starts from the top each time
+  CHECK(d->path_of("x") == dir / "a/x");  // the path is only for messages
+  CHECK(unlink_at_if_exists(*d, "x").ok());
+  CHECK(unlink_at_if_exists(*d, "x").ok());
+  CHECK_FALSE(exists(dir / "b/x"));
+  CHECK(stat_at(*d, "x").error().code() == Code::not_found);
+  CHECK(fsync_dir(*d).ok());
 }
 
 TEST_CASE("posix_io: path helpers") {

@@ -1,5 +1,6 @@
 // The C ABI: status codes, the thread-local message, and argument conversion (no GPU needed).
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "flashjit/flashjit.h"
+#include "tests/support/test_support.hpp"
 
 namespace {
 
@@ -191,5 +193,24 @@ TEST_CASE("C ABI v2: every new field is converted and checked by name") {
   INFO(flashjit_last_error());
   CHECK(st == FLASHJIT_OK);
   CHECK(has(name, "fa2_sm80-f16-dqk64-dv64-causal-varlen-window-softcap-alibi-sinks-vec8-m"));
+  flashjit_engine_destroy(e);
+}
+
+TEST_CASE("C ABI precompile falls back to compiling in memory when an arch folder of the cache is unsafe") {
+  flashjit::test_support::TempDir dir("fj-capi-test");
+  const std::string root = dir / "root";
+  REQUIRE(::mkdir(root.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((root + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::chmod((root + "/sm_80").c_str(), 0777) == 0);  // unsafe: writable by others
+  flashjit::test_support::EnvGuard env("FLASHJIT_CACHE_DIR", root);
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  flashjit_attention_args a = args();
+  char name[128] = {0};
+  const flashjit_status st = flashjit_precompile(e, &a, "sm_80", name, sizeof name);
+  INFO(flashjit_last_error());
+  CHECK(st == FLASHJIT_OK);
+  CHECK(std::string(name).rfind("fa2_sm80-f16-dqk64", 0) == 0);
+  CHECK(flashjit::test_support::files_in(root + "/sm_80").empty());
   flashjit_engine_destroy(e);
 }

@@ -2,15 +2,18 @@
 // nothing else (names, timestamps) takes part.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 
 #include "compiler.hpp"
 #include "kernel_binaries.hpp"
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
+#include "tests/support/test_support.hpp"
 
 #include "kernel_family.hpp"
 
@@ -108,4 +111,114 @@ TEST_CASE("a corrupt cached kernel is a miss that is rebuilt and replaced, throu
   REQUIRE(fourth.ok());
   CHECK(fourth->origin == BinaryOrigin::disk);
   std::filesystem::remove_all(root);
+}
+
+// ---- issue 6 ----
+
+namespace {
+
+// A fresh private root under /tmp, removed at the end.
+struct ScratchRoot {
+  test_support::TempDir dir{"fj-binaries-test"};
+  std::string root() const { return dir / "root"; }
+};
+
+std::size_t entry_files_under(const std::string& dir) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec))
+    n += it->path().extension() == ".fjk";
+  return n;
+}
+
+bool logged(const std::vector<std::string>& log, const std::string& part) {
+  for (const auto& m : log)
+    if (m.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("an unsafe arch or locks folder is refused like an unsafe root: logged, compiled in memory") {
+  ScratchRoot s;
+  const std::string root = s.root(), arch = root + "/sm_80";
+  REQUIRE(::mkdir(root.c_str(), 0700) == 0);
+  std::string why, unsafe;
+  SUBCASE("arch folder writable by others") {
+    REQUIRE(::mkdir(arch.c_str(), 0700) == 0);
+    REQUIRE(::chmod(arch.c_str(), 0777) == 0);
+    why = "writable by group or others";
+    unsafe = arch;
+  }
+  SUBCASE("locks folder writable by others") {
+    REQUIRE(::mkdir(arch.c_str(), 0700) == 0);
+    REQUIRE(::mkdir((arch + "/locks").c_str(), 0700) == 0);
+    REQUIRE(::chmod((arch + "/locks").c_str(), 0777) == 0);
+    why = "writable by group or others";
+    unsafe = arch + "/locks";
+  }
+  SUBCASE("arch folder is a symlink") {
+    REQUIRE(::mkdir((s.dir / "elsewhere").c_str(), 0700) == 0);
+    REQUIRE(::symlink((s.dir / "elsewhere").c_str(), arch.c_str()) == 0);
+    why = "symbolic link";
+    unsafe = arch;
+  }
+  SUBCASE("arch folder owned by another uid") {
+    if (::geteuid() != 0) return;  // only root can give a folder away
+    REQUIRE(::mkdir(arch.c_str(), 0700) == 0);
+    REQUIRE(::chown(arch.c_str(), 54321, 54321) == 0);
+    why = "owned by uid 54321";
+    unsafe = arch;
+  }
+  std::vector<std::string> log;
+  KernelBinaries bins(true, root, [&](const std::string& m) { log.push_back(m); });
+  auto r = bins.get(variant(), Arch::parse("sm_80").value());
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  CHECK(r->origin == BinaryOrigin::compiled);
+  CHECK(r->cubin.size() > 1000);
+  CHECK(logged(log, why));
+  CHECK(logged(log, unsafe));
+  CHECK(logged(log, "in memory"));
+  CHECK(r->disk_cache_problem.find(unsafe) != std::string::npos);
+  CHECK(entry_files_under(s.dir.path()) == 0);  // nothing was kept in, or through, the unsafe folder
+}
+
+TEST_CASE("a FIFO in place of a cached kernel does not block the engine; it is rebuilt") {
+  ScratchRoot s;
+  const std::string root = s.root();
+  const Arch sm80 = Arch::parse("sm_80").value();
+  {
+    KernelBinaries bins(true, root, {});
+    const std::string path = bins.disk()->entry_path(KernelBinaries::cache_key(variant(), sm80).value());
+    REQUIRE(::mkdir((root + "/sm_80").c_str(), 0700) == 0);
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  }
+  const int code = test_support::run_bounded(120, [&] {
+    KernelBinaries bins(true, root, {});
+    auto r = bins.get(variant(), sm80);
+    if (!r.ok() || r->origin != BinaryOrigin::compiled) return 1;
+    auto again = bins.get(variant(), sm80);
+    return again.ok() && again->origin == BinaryOrigin::disk ? 0 : 2;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means it blocked
+}
+
+TEST_CASE("a kernel that could not be stored says so; the caller still gets it") {
+  ScratchRoot s;
+  const std::string root = s.root();
+  const Arch sm80 = Arch::parse("sm_80").value();
+  std::vector<std::string> log;
+  KernelBinaries bins(true, root, [&](const std::string& m) { log.push_back(m); });
+  const std::string path = bins.disk()->entry_path(KernelBinaries::cache_key(variant(), sm80).value());
+  REQUIRE(::mkdir((root + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::mkdir(path.c_str(), 0700) == 0);  // a folder where the entry file goes
+  auto r = bins.get(variant(), sm80);
+  REQUIRE(r.ok());
+  CHECK(r->origin == BinaryOrigin::compiled);
+  CHECK(r->disk_cache_problem.find(path) != std::string::npos);
+  CHECK(logged(log, "could not store"));
+  auto fine = KernelBinaries(true, s.dir / "other", {}).get(variant(), sm80);
+  REQUIRE(fine.ok());
+  CHECK(fine->disk_cache_problem.empty());
 }

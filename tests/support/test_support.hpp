@@ -128,6 +128,15 @@ inline pid_t fork_child(const std::function<int()>& body) {
   return pid;
 }
 
+// Runs `body` in a forked child that SIGALRM ends after `seconds`; returns wait_child's code. A
+// call that would block forever then fails its test (128 + SIGALRM) instead of hanging the suite.
+inline int run_bounded(unsigned seconds, const std::function<int()>& body) {
+  return wait_child(fork_child([&] {
+    ::alarm(seconds);
+    return body();
+  }));
+}
+
 // A forked child that the test kills with SIGKILL once it has reached a chosen point. The parent
 // makes it (check pipe_ok()), forks it with start(body), waits with reached() until the child has
 // called tell_parent() (or tell_parent_and_pause()), then ends it with kill(). The pipe is closed

@@ -6,6 +6,9 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <iterator>
+
+#include "base/content_hash.hpp"
 
 #include "cli_test_util.hpp"
 
@@ -135,4 +138,58 @@ TEST_CASE("clear --arch only touches that arch; stats reports per arch") {
   auto after = run_flashjit({"cache", "stats", "--json", "--cache-dir", cache}).json();
   CHECK(after["entries"] == 0);
   CHECK(after["bytes"] == 0);
+}
+
+TEST_CASE("import refuses a FIFO or a folder as the bundle, without blocking") {
+  TempDir dir;
+  REQUIRE(::mkfifo((dir / "pipe.fjb").c_str(), 0600) == 0);
+  const std::string cache = dir / "cache";
+  const int code = flashjit::test_support::run_bounded(10, [&] {
+    auto r = run_flashjit({"cache", "import", dir / "pipe.fjb", "--cache-dir", cache});
+    return r.code == 1 && contains(r.err, "not a regular file") && contains(r.err, dir / "pipe.fjb") ? 0 : 1;
+  });
+  CHECK(code == 0);  // 128 + SIGALRM means it blocked
+  REQUIRE(::mkdir((dir / "dir.fjb").c_str(), 0700) == 0);
+  auto r = run_flashjit({"cache", "import", dir / "dir.fjb", "--cache-dir", cache});
+  CHECK(r.code != 0);
+  CHECK(listed_names(cache).empty());
+}
+
+TEST_CASE("import counts what it wrote: a file-name collision is reported and exits 1") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  REQUIRE(run_flashjit({"cache", "export", dir / "one.fjb", "--cache-dir", cache}).code == 0);
+  // Re-key the first entry of a real bundle: same name, hash changed after its 16th hex digit.
+  auto list = run_flashjit({"cache", "list", "--json", "--cache-dir", cache}).json();
+  const std::string hash = list["entries"][0]["content_hash"].get<std::string>();
+  std::string bundle;
+  {
+    std::ifstream in(dir / "one.fjb", std::ios::binary);
+    bundle.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = bundle.find(hash);
+  REQUIRE(at != std::string::npos);
+  const std::string other = dir / "other";
+  auto first = run_flashjit({"cache", "import", dir / "one.fjb", "--cache-dir", other});
+  REQUIRE(first.code == 0);
+  std::string twisted = bundle;
+  twisted[at + hash.size() - 1] = twisted[at + hash.size() - 1] == '0' ? '1' : '0';
+  // Fix the bundle checksum (the last 8 bytes: XXH3-64 of everything before them).
+  twisted.resize(twisted.size() - 8);
+  const std::uint64_t sum = flashjit::hash64(twisted);
+  for (int i = 0; i < 8; ++i) twisted.push_back(static_cast<char>((sum >> (8 * i)) & 0xff));
+  {
+    std::ofstream out(dir / "twisted.fjb", std::ios::binary);
+    out << twisted;
+  }
+  auto r = run_flashjit({"cache", "import", dir / "twisted.fjb", "--json", "--cache-dir", other});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  auto j = r.json();
+  CHECK(j["imported"] == 0);
+  CHECK(j["already_present"] == 1);
+  REQUIRE(j["collisions"].size() == 1);
+  CHECK(contains(r.err, "not imported"));
+  CHECK(listed_names(other).size() == 2);
 }

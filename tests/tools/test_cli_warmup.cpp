@@ -1,6 +1,7 @@
 // flashjit warmup end to end with NVRTC (no GPU): two small variants are compiled into a fresh
 // cache, found there on the second run, listed and verified; a damaged entry is named.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -142,4 +143,72 @@ TEST_CASE("runner: every failure is reported with its full error, and counted") 
   CHECK(contains(text, "/2] sm_80 " + too_big.variant.name() + "  FAILED"));
   CHECK(contains(text, "io_error: entry went missing"));
   CHECK(contains(text, "entry: /x"));  // details too, indented under the item
+}
+
+// ---- issue 6 ----
+
+namespace {
+
+// The entry file path the cache uses for the first kernel small_warmup_args() warms.
+std::string first_entry_path(const std::string& cache_dir) {
+  EngineOptions eo;
+  eo.cache_dir = cache_dir;
+  auto engine = Engine::create(eo).value();
+  VariantFlags f;
+  f.head_dims = {32};
+  const Arch sm80 = Arch::parse("sm_80").value();
+  auto jobs = plan_warmup(variants_from_flags(f).value(), {sm80}, false).value();
+  auto disk = open_cache(cache_dir);
+  REQUIRE(disk.ok());
+  return disk->entry_path(KernelBinaries::cache_key(jobs[0].variant, sm80).value());
+}
+
+}  // namespace
+
+TEST_CASE("warmup: a kernel that could not be stored is a failure, with the reason, and exit code 1") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  const std::string path = first_entry_path(cache);
+  REQUIRE(::mkdir((cache + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::mkdir(path.c_str(), 0700) == 0);  // a folder where the entry file goes
+
+  auto r = run_flashjit(small_warmup_args(cache));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  auto j = r.json();
+  CHECK(j["failed"] == 1);
+  CHECK(j["compiled"] == 1);
+  bool named = false;
+  for (const auto& v : j["variants"])
+    if (!v["error"].is_null()) named |= contains(v["error"].get<std::string>(), path);
+  CHECK(named);
+  CHECK(contains(r.err, "1 compiled, 0 already cached, 1 failed"));
+}
+
+TEST_CASE("warmup: an unsafe arch folder means the disk cache was not used, and warmup says so") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  REQUIRE(::mkdir(cache.c_str(), 0700) == 0);
+  REQUIRE(::mkdir((cache + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::chmod((cache + "/sm_80").c_str(), 0777) == 0);
+
+  auto r = run_flashjit(small_warmup_args(cache));
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(r.json()["failed"] == 2);
+  CHECK(contains(r.err, "disk cache was not used"));
+  CHECK(contains(r.err, cache + "/sm_80"));
+  CHECK(contains(r.err, "writable by group or others"));
+  CHECK(files_with_ext(cache, ".fjk").empty());
+}
+
+TEST_CASE("warmup: a FIFO in place of an entry file does not block warmup") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  const std::string path = first_entry_path(cache);
+  REQUIRE(::mkdir((cache + "/sm_80").c_str(), 0700) == 0);
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  const int code = test_support::run_bounded(120, [&] { return run_flashjit(small_warmup_args(cache)).code; });
+  CHECK(code == 0);  // 128 + SIGALRM means it blocked
+  CHECK(files_with_ext(cache, ".fjk").size() == 2);
 }

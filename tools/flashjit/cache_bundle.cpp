@@ -50,18 +50,33 @@ int import_cmd(Context& ctx, const BundleOptions& o) {
   cache::ImportOptions io;
   io.replace_existing = o.replace;
   auto report = cache::import_bundle(disk.value(), o.file, io);
-  if (!report.ok()) return failure(ctx, "cache import", o.file + " rejected, nothing imported", report.error());
+  if (!report.ok()) {
+    // An error while publishing comes after some entries were written; say how many.
+    const auto imported = report.error().detail("imported");
+    return failure(ctx, "cache import",
+                   imported ? o.file + ": stopped after importing " + *imported + " entries"
+                            : o.file + " rejected, nothing imported",
+                   report.error());
+  }
   const auto& r = report.value();
+  for (const auto& c : r.collisions)
+    ctx.err << "not imported: " << c.key << ": its file " << c.path << " holds " << c.other_key
+            << " (entry file names keep only the first 16 hex digits of the hash)\n";
   if (o.json) {
+    nlohmann::json collisions = nlohmann::json::array();
+    for (const auto& c : r.collisions) collisions.push_back({{"key", c.key}, {"other_key", c.other_key}, {"path", c.path}});
     ctx.out << nlohmann::json{{"root", disk->root()}, {"bundle", o.file}, {"entries", r.entries}, {"imported", r.imported},
-                              {"already_present", r.already_present}, {"payload_bytes", r.payload_bytes}}
+                              {"already_present", r.already_present}, {"payload_bytes", r.payload_bytes},
+                              {"collisions", collisions}}
                    .dump(2)
             << "\n";
   } else {
     ctx.out << "imported " << r.imported << " of " << r.entries << " entries (" << format_bytes(r.payload_bytes)
-            << ") from " << o.file << " into " << disk->root() << "; " << r.already_present << " already present\n";
+            << ") from " << o.file << " into " << disk->root() << "; " << r.already_present << " already present";
+    if (!r.collisions.empty()) ctx.out << "; " << r.collisions.size() << " not imported (file name collision)";
+    ctx.out << "\n";
   }
-  return kExitOk;
+  return r.collisions.empty() ? kExitOk : kExitFailed;
 }
 
 }  // namespace

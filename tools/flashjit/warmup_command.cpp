@@ -2,6 +2,7 @@
 // GPU, so that processes on those GPUs load kernels instead of compiling them.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -83,13 +84,14 @@ Result<std::vector<VariantSpec>> collect_specs(const WarmupOptions& o) {
   return specs;
 }
 
-// Confirms the kernel's entry file exists (the engine only logs a failed store).
+// Confirms the kernel's entry file is there: the size cap may evict what an earlier job stored.
+// (A failed store the engine reports itself.) A quick look, not a check of the entry's contents.
 Status confirm_in_cache(const cache::DiskCache& disk, const WarmupJob& job, const char* when) {
   auto key = KernelBinaries::cache_key(job.variant, job.arch);
   if (!key.ok()) return std::move(key).error();
   const std::string path = disk.entry_path(key.value());
   struct stat st{};
-  if (::stat(path.c_str(), &st) == 0) return {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return {};
   return Error(Code::io_error, std::string(when) + ", but its cache entry is gone")
       .with("entry", path)
       .with("hint", "the store failed or the size cap (" + format_bytes(disk.max_bytes()) +
@@ -143,6 +145,16 @@ int summarize(Context& ctx, const WarmupOptions& o, const cache::DiskCache& disk
   human << line;
   for (const auto& r : results)
     if (!r.ok) human << "  failed: " << job_label(r.job) << " (error above)\n";
+  // Kernels that compiled but are not in the cache: say so plainly, once per reason.
+  std::vector<std::pair<std::string, std::size_t>> not_kept;
+  for (const auto& r : results) {
+    if (r.disk_cache_problem.empty()) continue;
+    auto it = std::find_if(not_kept.begin(), not_kept.end(), [&](const auto& p) { return p.first == r.disk_cache_problem; });
+    if (it == not_kept.end()) not_kept.emplace_back(r.disk_cache_problem, 1);
+    else ++it->second;
+  }
+  for (const auto& [problem, n] : not_kept)
+    human << "warmup: the disk cache was not used for " << plural(n, "kernel") << ": " << problem << "\n";
   if (auto sum = disk.scan(); sum.ok())
     human << "cache: " << disk.root() << " now holds " << plural(sum->entries, "entry") << ", " << format_bytes(sum->bytes)
           << " (cap " << format_bytes(disk.max_bytes()) << ")\n";
@@ -165,8 +177,9 @@ int run(Context& ctx, const WarmupOptions& o) {
   EngineOptions eo;
   eo.cache_dir = root.value();
   eo.disk_cache = true;
+  // A lock wait is shown even without --verbose: otherwise a stopped holder is minutes of silence.
   eo.log = [sink, verbose = o.verbose](const std::string& line) {
-    if (verbose) (*sink)(line);
+    if (verbose || line.rfind("lock wait: ", 0) == 0) (*sink)(line);
   };
   auto engine = Engine::create(eo);
   if (!engine.ok()) return failure(ctx, kCommand, "", engine.error());

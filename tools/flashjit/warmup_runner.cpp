@@ -16,6 +16,14 @@ WarmupResult compile_one(const Engine& engine, const WarmupJob& job, const Runne
   r.job = job;
   const auto t0 = std::chrono::steady_clock::now();
   auto report = engine.compile(job.variant, job.arch.name());
+  if (report.ok() && !report->disk_cache_problem.empty()) {
+    r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.disk_cache_problem = report->disk_cache_problem;
+    r.error = "compiled, but not kept in the disk cache: " + report->disk_cache_problem;
+    r.compile_ms = report->compile_ms;
+    r.cubin_bytes = report->cubin_bytes;
+    return r;
+  }
   if (report.ok() && options.confirm) {
     if (auto st = options.confirm(job); !st.ok()) report = st.error();
   }

@@ -20,13 +20,15 @@ struct WarmupResult {
   double wall_ms = 0;       // the whole step, lookups and stores included
   std::size_t cubin_bytes = 0;
   std::string error;        // when !ok: the full error, NVRTC log included
+  // Set when the kernel compiled but the disk cache does not hold it (a refused cache folder, a
+  // failed store): a failure too, since keeping it there is warmup's whole point.
+  std::string disk_cache_problem;
 };
 
 struct RunnerOptions {
   int threads = 1;
-  // Run after each successful compile; a failed Status turns the result into a failure (warmup
-  // uses it to confirm the kernel really reached the disk cache, since a failed store is only
-  // logged by the engine).
+  // Run after each successful compile that reached the disk cache; a failed Status turns the
+  // result into a failure (warmup uses it to confirm the entry file is there).
   std::function<Status(const WarmupJob&)> confirm;
 };
 

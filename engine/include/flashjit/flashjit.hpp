@@ -140,6 +140,10 @@ struct CompileReport {
   double compile_ms = 0;  // 0 when it came from the disk cache
   bool from_disk = false;
   std::string nvrtc_log;
+  // Why the kernel is not in the disk cache although the disk cache is on (an unsafe cache
+  // folder, so it was compiled in memory; a failed store). Empty when it is there, or the disk
+  // cache is off.
+  std::string disk_cache_problem;
 };
 
 // Which kernel runs a call, and why that family: the first by priority that serves the
