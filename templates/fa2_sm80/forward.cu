@@ -51,7 +51,7 @@ FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTi
         const float x0 = o[mt][nt][2 * h] * inv, x1 = o[mt][nt][2 * h + 1] * inv;
         Elem* dst = smem + row * kStrideO + nt * 8 + 2 * f.t();
         if constexpr (k16Bit) {
-          *reinterpret_cast<unsigned*>(dst) = pack16(x0, x1);
+          *reinterpret_cast<unsigned*>(dst) = Gemm::pack16(x0, x1);
         } else {
           dst[0] = x0;
           dst[1] = x1;
@@ -154,7 +154,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
 #pragma unroll
         for (int kk = 0; kk < kDQK / 16; ++kk)
 #pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
+          for (int mt = 0; mt < kMTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
       }
     }
     if (t + kStages - 1 < n_tiles) load_kv(t + kStages - 1);
@@ -170,8 +170,8 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
 
-    if constexpr (k16Bit) gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, warp_row0, lane);
-    else gemm_qk32(s, sQ, sK, warp_row0, lane);
+    if constexpr (k16Bit) Gemm::gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, warp_row0, lane);
+    else Gemm::gemm_qk32(s, sQ, sK, warp_row0, lane);
 
     const int n0 = (first_tile + t) * kBlockN;
     if constexpr (kSoftcap || kAlibi) transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
@@ -184,8 +184,8 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
 
     sm.update(s, o, score_scale);
 
-    if constexpr (k16Bit) gemm_pv16(o, s, sV, lane);
-    else gemm_pv32(o, s, sV, lane);
+    if constexpr (k16Bit) Gemm::gemm_pv16(o, s, sV, lane);
+    else Gemm::gemm_pv32(o, s, sV, lane);
   }
 
   write_output(p, o, sm, score_scale, sQ, seq, m0, warp_row0, head, tid, lane);

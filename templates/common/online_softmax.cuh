@@ -1,0 +1,88 @@
+// The streaming softmax of FlashAttention over score tiles in the m16n8 C layout: each thread
+// holds rows g and g+8 of every 16-row tile, columns 2t and 2t+1 of every n8 tile, and the four
+// threads of a quad share a row. Shared by the mma.sync families.
+#pragma once
+
+#include "common/ptx.cuh"
+
+// Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
+// FJ_LAZY_RESCALE=0 moves the max on every increase, as FA2 does. Measured on the H100,
+// default tilings, fp16: lazy is 1-5% faster at D=64 and D=128 except D=128 S=16384
+// non-causal (346 vs 358 TFLOP/s); see bench/NOTES.md.
+#ifndef FJ_LAZY_RESCALE
+#define FJ_LAZY_RESCALE 1
+#endif
+
+namespace fj {
+
+template <int kMTiles, int kNTilesS, int kNTilesO>
+struct OnlineSoftmax {
+  float row_max[kMTiles][2];  // running max of raw scores (unscaled)
+  float row_sum[kMTiles][2];  // this thread's partial sum of exp; quads reduce it at the end
+
+  FJ_DEVICE void init() {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[mt][h] = neg_inf();
+        row_sum[mt][h] = 0.f;
+      }
+  }
+
+  // Turns scores into probabilities relative to the running max and rescales what o and row_sum
+  // hold so far. The max is only moved when a tile's max exceeds it by more than
+  // kRescaleThreshold (log2 units): probabilities may then reach 2^8, which fp32 sums and
+  // 16-bit P hold as precisely as values below 1, and the O rescale (one multiply per output
+  // element) is skipped for nearly every tile. Exact either way: the final division and the LSE
+  // use the same max. A row that has seen only masked keys keeps max = -inf; its probabilities
+  // are exp2(-inf) = 0 and it never produces NaN.
+  FJ_DEVICE void update(float (&s)[kMTiles][kNTilesS][4], float (&o)[kMTiles][kNTilesO][4],
+                        float scale_log2) {
+    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
+    float alpha[kMTiles][2];
+    bool any_rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = neg_inf();
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = quad_max(mx);
+        const float old = row_max[mt][h];
+        const bool move = mx != neg_inf() && (old == neg_inf() || (mx - old) * scale_log2 > kRescaleThreshold);
+        alpha[mt][h] = 1.f;
+        if (move) {
+          alpha[mt][h] = exp2_approx((old - mx) * scale_log2);  // 0 when old is -inf
+          row_max[mt][h] = mx;
+          row_sum[mt][h] *= alpha[mt][h];
+          any_rescale = true;
+        }
+        const float shift = row_max[mt][h] == neg_inf() ? 0.f : row_max[mt][h] * scale_log2;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTilesS; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
+            s[mt][nt][2 * h + e] = p;
+            sum += p;
+          }
+        }
+        row_sum[mt][h] += sum;
+      }
+    }
+    // Warp-uniform: skip the multiply over all of O unless some row of the warp moved its max.
+    if (__any_sync(0xffffffffu, any_rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= alpha[mt][i / 2];
+    }
+  }
+};
+
+}  // namespace fj
