@@ -154,7 +154,8 @@ std::string KernelVariant::content_hash() const {
   ContentHasher h;
   h.field("family", family);
   semantics.visit([&](const SemanticsField& f, const auto& v) { h.field(f.name, as_int(v)); });
-  for (int i = 0; i < tiling.size(); ++i) h.field(tiling.table->knobs[std::size_t(i)].name, tiling[i]);
+  for (int i = 0; i < tiling.size(); ++i)
+    if (tiling.table->knobs[std::size_t(i)].constant) h.field(tiling.table->knobs[std::size_t(i)].name, tiling[i]);
   return h.hex();
 }
 

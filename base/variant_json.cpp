@@ -7,8 +7,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// Knob values are tile sizes and counts; anything past this is damage, and the bound keeps
-// the narrowing to int exact.
+// Knob values are tile sizes and counts (0 for "automatic" where a knob allows it); anything
+// past this is damage, and the bound keeps the narrowing to int exact.
 constexpr std::int64_t kMaxKnobValue = std::int64_t(1) << 20;
 
 Error bad(const std::string& where, const std::string& rule) { return Error(Code::invalid_argument, where + ": " + rule); }
@@ -98,9 +98,9 @@ Result<Tiling> tiling_from_json(const KnobTable& table, const json& j, const std
     const char* name = table.knobs[i].name;
     if (!j.contains(name)) return bad(where, std::string("needs the knob '") + name + "'");
     const json& v = j[name];
-    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMaxKnobValue ||
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > kMaxKnobValue ||
         (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(kMaxKnobValue)))
-      return bad(where + "." + name, "must be an integer in [1, " + std::to_string(kMaxKnobValue) + "]");
+      return bad(where + "." + name, "must be an integer in [0, " + std::to_string(kMaxKnobValue) + "]");
     t.values[i] = int(v.get<std::int64_t>());
   }
   return t;

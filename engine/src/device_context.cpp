@@ -37,6 +37,7 @@ Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, 
   FJ_CU(drv, cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   FJ_CU(drv, cuDeviceGetAttribute(&info.smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev));
   FJ_CU(drv, cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  FJ_CU(drv, cuDeviceGetAttribute(&info.smem_per_sm, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev));
   FJ_CU(drv, cuDeviceGetAttribute(&info.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
   char name[256] = {0};
   FJ_CU(drv, cuDeviceGetName(name, sizeof name, dev));

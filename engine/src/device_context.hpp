@@ -17,6 +17,7 @@ namespace flashjit {
 struct DeviceContextInfo {
   Arch arch;             // Hopper reads as sm_90a so families may use wgmma/setmaxnreg
   int smem_optin = 0;    // dynamic shared memory a block may opt into
+  int smem_per_sm = 0;   // shared memory of one SM, for how many blocks fit at once
   int sm_count = 0;
   int l2_bytes = 0;
   std::string name;      // "NVIDIA H100 80GB HBM3"

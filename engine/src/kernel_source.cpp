@@ -30,7 +30,8 @@ std::string render_source(const KernelFamily& family, const KernelVariant& v) {
   v.semantics.visit([&](const SemanticsField& f, const auto& value) { constant(o, f, value); });
   o << "// Tiling: changes speed only.\n";
   for (int i = 0; i < v.tiling.size(); ++i)
-    o << "constexpr int " << v.tiling.table->knobs[std::size_t(i)].constant << " = " << v.tiling[i] << ";\n";
+    if (const char* c = v.tiling.table->knobs[std::size_t(i)].constant)
+      o << "constexpr int " << c << " = " << v.tiling[i] << ";\n";
   o << "} }  // namespace fj::cfg\n"
     << "#include \"" << family.entry_template() << "\"\n";
   return o.str();

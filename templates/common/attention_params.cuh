@@ -15,20 +15,27 @@ struct FjAttentionParams {
   const int* cu_seqlens_k;
   const float* alibi_slopes;  // alibi: [batch?, heads_q]
   const float* sinks;         // sinks: [heads_q] logits
+  const int* kv_lens;         // kv_lens: [batch] keys each sequence uses
+  const int* block_table;     // paged: [batch, table_stride] the page of each page_size keys
 
-  // Element strides of the logical [batch, seq, head, dim] views (varlen: batch is 1).
+  // Element strides of the logical [batch, seq, head, dim] views (varlen: batch is 1; paged k
+  // and v: [page, slot in page, head, dim]).
   long long q_stride[4];
   long long k_stride[4];
   long long v_stride[4];
   long long o_stride[4];
   long long lse_stride[3];  // [batch, head_q, seq_q]
   long long alibi_batch_stride;
+  long long table_stride;  // paged: elements between sequences' rows of the block table
 
   int batch;     // sequences
   int seqlen_q;  // per sequence; varlen: the max, which sizes the grid
   int seqlen_k;
   int total_q;   // rows of the q/o tensors and k/v tensors: varlen clamps its prefix sums to
   int total_k;   // them, so bad prefix sums can never reach outside the tensors
+  int page_size;  // paged: keys per page (k and v are [pages, page_size, heads_kv, dim])
+  int max_pages;  // paged: pages a sequence's table row holds
+  int num_pages;  // paged: pages in the pools: table entries are clamped below it
   int heads_q;
   int heads_kv;
   int group;         // heads_q / heads_kv: query heads sharing one key/value head

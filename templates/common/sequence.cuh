@@ -9,7 +9,7 @@ namespace fj {
 
 struct Sequence {
   int q_start;  // first row of the sequence in the q/o tensors' seq dim (0 unless varlen)
-  int k_start;  // likewise in k/v
+  int k_start;  // likewise in k/v (0 when paged: keys come through the block table)
   int len_q;
   int len_k;
   int batch;    // index into the tensors' batch dim (0 with varlen: one packed batch)
@@ -18,17 +18,48 @@ struct Sequence {
 };
 
 // Sequence b: fixed sizes, or a varlen batch's prefix sums clamped to the tensors, so bad
-// prefix sums shorten a sequence but never reach outside q, k, v or o.
-template <bool kIsVarlen>
+// prefix sums shorten a sequence but never reach outside q, k, v or o. Paged keys run to the
+// capacity of the sequence's table row; kv_lens then shortens the keys to what the sequence uses
+// (clamped to what is there).
+template <bool kIsVarlen, bool kHasKvLens, bool kIsPaged>
 FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
+  Sequence s;
   if constexpr (kIsVarlen) {
     const int q0 = min(max(p.cu_seqlens_q[b], 0), p.total_q);
-    const int q1 = min(max(p.cu_seqlens_q[b + 1], q0), p.total_q);
-    const int k0 = min(max(p.cu_seqlens_k[b], 0), p.total_k);
-    const int k1 = min(max(p.cu_seqlens_k[b + 1], k0), p.total_k);
-    return {q0, k0, q1 - q0, k1 - k0, 0};
+    s.q_start = q0;
+    s.len_q = min(max(p.cu_seqlens_q[b + 1], q0), p.total_q) - q0;
+    s.batch = 0;
   } else {
-    return {0, 0, p.seqlen_q, p.seqlen_k, b};
+    s.q_start = 0;
+    s.len_q = p.seqlen_q;
+    s.batch = b;
+  }
+  if constexpr (kIsPaged) {
+    s.k_start = 0;
+    s.len_k = p.max_pages * p.page_size;
+  } else if constexpr (kIsVarlen) {
+    const int k0 = min(max(p.cu_seqlens_k[b], 0), p.total_k);
+    s.k_start = k0;
+    s.len_k = min(max(p.cu_seqlens_k[b + 1], k0), p.total_k) - k0;
+  } else {
+    s.k_start = 0;
+    s.len_k = p.seqlen_k;
+  }
+  if constexpr (kHasKvLens) s.len_k = min(max(p.kv_lens[b], 0), s.len_k);
+  return s;
+}
+
+// The address of key `key` of sequence b's head `kv_head` in k or v (element strides `st`):
+// through the block table when paged (entries clamped to the pools), else a strided row.
+template <bool kIsPaged, typename Elem>
+FJ_DEVICE const Elem* key_row(const FjAttentionParams& p, const void* base, const long long (&st)[4], const Sequence& s,
+                              int b, int kv_head, int key) {
+  if constexpr (kIsPaged) {
+    const int slot = key / p.page_size;
+    const int page = min(max(p.block_table[b * p.table_stride + slot], 0), p.num_pages - 1);
+    return static_cast<const Elem*>(base) + page * st[0] + (key - slot * p.page_size) * st[1] + kv_head * st[2];
+  } else {
+    return static_cast<const Elem*>(base) + s.batch * st[0] + (s.k_start + key) * st[1] + kv_head * st[2];
   }
 }
 

@@ -65,6 +65,32 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
   }
 }
 
+// load_tile_async for rows that are not one stride apart: row r starts at row_ptr(r) (pages of a
+// paged cache, the query heads of a decode tile). Rows past rows_valid (>= 1) become zeros.
+template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads, class RowPtr>
+FJ_DEVICE void load_rows_async(Elem* smem, const RowPtr& row_ptr, long long col_stride, int rows_valid, int tid) {
+  static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
+  constexpr int kChunks = kCols / kVec;
+  constexpr int kBytes = kVec * int(sizeof(Elem));
+  constexpr int kTotal = kRows * kChunks;
+  const Elem* any_row = row_ptr(0);  // a valid source for zero-filling copies, which read nothing
+#pragma unroll
+  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+    const int i = it * kThreads + tid;
+    if (kTotal % kThreads != 0 && i >= kTotal) break;
+    const int r = i / kChunks;
+    const int c = (i % kChunks) * kVec;
+    const bool inside = r < rows_valid;
+    Elem* dst = smem + r * kSmemStride + c;
+    const Elem* src = (inside ? row_ptr(r) : any_row) + c * (kVec == 1 ? col_stride : 1);
+    if constexpr (kBytes >= 4) {
+      cp_async<kBytes>(dst, src, inside ? kBytes : 0);
+    } else {
+      *dst = inside ? *src : Elem(0);
+    }
+  }
+}
+
 // Writes rows [0, rows_valid) of a shared tile to global memory.
 template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
 FJ_DEVICE void store_tile(Elem* gmem, long long row_stride, long long col_stride,

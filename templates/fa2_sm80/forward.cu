@@ -85,7 +85,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   // Causal: the last query blocks have the most keys; start them first.
   const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y;
-  const Sequence seq = sequence_of<kVarlen>(p, blockIdx.z);
+  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, blockIdx.z);
   const int m0 = m_block * kBlockM;
   if (kVarlen && m0 >= seq.len_q) return;  // the grid covers the longest sequence
   const int kv_head = kGqa ? head / p.group : head;
@@ -97,8 +97,8 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   const int n_tiles = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - first_tile : 0;
 
   const Elem* gQ = elem_ptr(p.q, p.q_stride, seq.batch, seq.q_start + m0, head);
-  const Elem* gK = elem_ptr(p.k, p.k_stride, seq.batch, seq.k_start, kv_head);
-  const Elem* gV = elem_ptr(p.v, p.v_stride, seq.batch, seq.k_start, kv_head);
+  const Elem* gK = kPaged ? nullptr : elem_ptr(p.k, p.k_stride, seq.batch, seq.k_start, kv_head);
+  const Elem* gV = kPaged ? nullptr : elem_ptr(p.v, p.v_stride, seq.batch, seq.k_start, kv_head);
 
   zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
   for (int s = 0; s < kStages; ++s) {
@@ -112,10 +112,21 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
     Elem* sK = sKV + (t % kStages) * kStageElems;
     const int n0 = (first_tile + t) * kBlockN;
     const int rows = seq.len_k - n0;
-    load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
-        sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], rows, tid);
-    load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
-        sK + kBlockN * kStrideQK, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], rows, tid);
+    if constexpr (kPaged) {  // each key row through the block table
+      const int b = blockIdx.z;
+      load_rows_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
+          sK, [&](int r) { return key_row<true, Elem>(p, p.k, p.k_stride, seq, b, kv_head, n0 + r); },
+          p.k_stride[3], rows, tid);
+      load_rows_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
+          sK + kBlockN * kStrideQK,
+          [&](int r) { return key_row<true, Elem>(p, p.v, p.v_stride, seq, b, kv_head, n0 + r); }, p.v_stride[3],
+          rows, tid);
+    } else {
+      load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
+          sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], rows, tid);
+      load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
+          sK + kBlockN * kStrideQK, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], rows, tid);
+    }
   };
 
   load_tile_async<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(

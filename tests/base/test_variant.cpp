@@ -24,7 +24,7 @@ TEST_CASE("variant names are readable and distinguish every field") {
 
   // Each single-field change alters equality, name and content hash: every field of the list
   // and every knob of the table.
-  std::vector<KernelVariant> changed(16, v);
+  std::vector<KernelVariant> changed(18, v);
   changed[0].semantics.dtype = DType::bf16;
   changed[1].semantics.head_dim_qk = 96;
   changed[2].semantics.head_dim_v = 64;
@@ -41,6 +41,8 @@ TEST_CASE("variant names are readable and distinguish every field") {
   changed[13].tiling[3] = 3;
   changed[14].tiling[2] = 8;
   changed[15].tiling[0] = 64;
+  changed[16].semantics.kv_lens = true;
+  changed[17].semantics.paged = true;
   for (const auto& c : changed) {
     CHECK(c != v);
     CHECK(c.name() != v.name());
@@ -64,7 +66,7 @@ TEST_CASE("every semantics field is visited once, in declaration order, with its
   });
   CHECK(names.front() == "dtype");
   CHECK(names.back() == "vec");
-  CHECK(names.size() == 13);
+  CHECK(names.size() == 15);
   for (std::size_t i = 0; i < names.size(); ++i)
     for (std::size_t j = i + 1; j < names.size(); ++j) {
       CHECK(names[i] != names[j]);
@@ -111,6 +113,17 @@ TEST_CASE("tiling names round-trip through their family's knob table") {
   CHECK(Tiling(other, {64, 32, 4, 3}) != t);
   CHECK(kKnobs.index("warps") == 2);
   CHECK(kKnobs.index("splits") == -1);
+}
+
+TEST_CASE("plan-only knobs name the tiling but leave the compiled code's hash alone") {
+  const KnobTable knobs{"split_family", {{"block_n", "n", "kBlockN", ""}, {"splits", "p", nullptr, "launch only"}}};
+  const KernelVariant a{"split_family", {}, Tiling(knobs, {64, 0})}, b{"split_family", {}, Tiling(knobs, {64, 8})};
+  CHECK(a != b);
+  CHECK(a.name() != b.name());
+  CHECK(a.fast_hash() != b.fast_hash());
+  CHECK(a.content_hash() == b.content_hash());  // one compiled kernel serves both
+  const KernelVariant c{"split_family", {}, Tiling(knobs, {128, 0})};
+  CHECK(c.content_hash() != a.content_hash());
 }
 
 TEST_CASE("arch names parse and round-trip") {

@@ -52,7 +52,7 @@ TEST_CASE("tilings round-trip through JSON with exactly their table's knobs") {
   CHECK(tiling_from_json(kKnobs, j, "t").value() == t);
   CHECK(has(tiling_from_json(kKnobs, json{{"block_m", 128}}, "t").error(), "exactly the 2 knobs"));
   CHECK(has(tiling_from_json(kKnobs, json{{"block_m", 128}, {"warps", 4}}, "t").error(), "needs the knob 'stages'"));
-  CHECK(has(tiling_from_json(kKnobs, json{{"block_m", 0}, {"stages", 2}}, "t").error(), "t.block_m"));
+  CHECK(has(tiling_from_json(kKnobs, json{{"block_m", -1}, {"stages", 2}}, "t").error(), "t.block_m"));
   CHECK(has(tiling_from_json(kKnobs, json{{"block_m", 4294967424ull}, {"stages", 2}}, "t").error(), "t.block_m"));
   CHECK(!tiling_from_json(kKnobs, json{{"block_m", 1.5}, {"stages", 2}}, "t").ok());
 }

@@ -115,6 +115,7 @@ TEST_CASE("runner: every failure is reported with its full error, and counted") 
   auto engine = Engine::create(eo).value();
   VariantFlags f;
   f.head_dims = {32};
+  f.family = "fa2_sm80";
   const Arch sm80 = Arch::parse("sm_80").value();
   auto jobs = plan_warmup(variants_from_flags(f).value(), {sm80}, false).value();
   REQUIRE(jobs.size() == 1);
@@ -156,6 +157,7 @@ std::string first_entry_path(const std::string& cache_dir) {
   auto engine = Engine::create(eo).value();
   VariantFlags f;
   f.head_dims = {32};
+  f.family = "fa2_sm80";  // what small_warmup_args compiles
   const Arch sm80 = Arch::parse("sm_80").value();
   auto jobs = plan_warmup(variants_from_flags(f).value(), {sm80}, false).value();
   auto disk = open_cache(cache_dir);

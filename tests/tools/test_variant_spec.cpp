@@ -33,7 +33,8 @@ TEST_CASE("boolean semantics fields each have a flag, from the field list") {
   Semantics{}.visit([&](const SemanticsField& f, const auto& v) {
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) flags.push_back(bool_field_flag(f));
   });
-  CHECK(flags == std::vector<std::string>{"--gqa", "--lse", "--varlen", "--window", "--softcap", "--alibi", "--sinks"});
+  CHECK(flags == std::vector<std::string>{"--gqa", "--lse", "--varlen", "--window", "--softcap", "--alibi", "--sinks",
+                                          "--kv-lens", "--paged"});
 }
 
 TEST_CASE("widest_vec follows the head dims and the dtype's 16-byte limit") {
@@ -164,12 +165,16 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   auto specs = variants_from_flags(f).value();
   specs.push_back(specs.front());  // a duplicate is compiled once
 
+  auto every = plan_warmup(specs, archs, false);
+  REQUIRE(every.ok());
+  REQUIRE(every->size() == 2 * kernel_family_names().size());  // every family that serves it, per arch
+  specs[0].family = specs[1].family = "fa2_sm80";
   auto jobs = plan_warmup(specs, archs, false);
   REQUIRE(jobs.ok());
   REQUIRE(jobs->size() == 2);
   CHECK((*jobs)[0].arch.name() == "sm_80");
   CHECK((*jobs)[1].arch.name() == "sm_90a");
-  CHECK((*jobs)[0].variant == engine->default_variant(specs[0].semantics, "sm_80").value());
+  CHECK((*jobs)[0].variant.family == "fa2_sm80");
 
   auto all = plan_warmup(specs, {archs[0]}, true);
   REQUIRE(all.ok());

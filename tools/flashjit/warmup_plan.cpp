@@ -25,8 +25,15 @@ Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs
         const KernelFamily* f = find_family(spec.family);
         if (!f) return Error(Code::invalid_argument, where() + ": unknown kernel family '" + spec.family + "'");
         families.push_back(f);
-      } else if (!spec.tiling.empty()) {  // a fixed tiling belongs to the family the arch tries first
-        if (const KernelFamily* f = pick_family(arch, spec.semantics, nullptr)) families.push_back(f);
+      } else if (!spec.tiling.empty()) {  // a fixed tiling: the first family whose knobs it names
+        for (const KernelFamily* f : families_for(arch, spec.semantics))
+          if (Tiling::parse(f->knobs(), spec.tiling).ok()) {
+            families.push_back(f);
+            break;
+          }
+        if (families.empty())
+          return Error(Code::invalid_argument, where() + ": tiling '" + spec.tiling + "' is not a tiling of any family "
+                                                         "that serves this variant (name one with --family)");
       } else {
         families = families_for(arch, spec.semantics);
       }

@@ -58,6 +58,9 @@ enum class NameStyle {
   X(bool, alibi, false, "kAlibi", "alibi", if_set, "adds -slope * |i + Sk - Sq - j| per head")          \
   X(bool, sinks, false, "kSinks", "sinks", if_set,                                                     \
     "a per-head logit that joins the softmax denominator and nothing else")                            \
+  X(bool, kv_lens, false, "kKvLens", "kvlens", if_set,                                                 \
+    "per-sequence key counts on the device: caches filled to different lengths")                       \
+  X(bool, paged, false, "kPaged", "paged", if_set, "K and V in page pools addressed by a block table")  \
   X(int, vec, 8, "kVec", "vec", always, "elements per global access (1, 2, 4, 8); 1 allows a strided head dim")
 
 // Describes one semantics field to generic code (names, hashes, JSON).
@@ -100,7 +103,9 @@ template <class F> void Semantics::visit(F&& f) {
 struct Knob {
   const char* name;      // "block_m": the JSON key of tuning results
   const char* tag;       // "m": its prefix in names such as m128n64w4s2 (letters only)
-  const char* constant;  // "kBlockM": the kernel's compile-time constant
+  const char* constant;  // "kBlockM": the kernel's compile-time constant; nullptr for a
+                         // plan-only knob (a split count): it shapes the launch, not the code,
+                         // so tilings that differ only there share one compiled kernel
   const char* why;       // what it trades
 };
 
@@ -139,7 +144,8 @@ struct KernelVariant {
   bool operator==(const KernelVariant& o) const;
   bool operator!=(const KernelVariant& o) const { return !(*this == o); }
   std::string name() const;          // family-semantics-tiling, safe as a file name
-  std::string content_hash() const;  // 32 hex digits over every field
+  std::string content_hash() const;  // 32 hex digits over every field the compiled code depends on
+                                     // (all but plan-only knobs)
   std::size_t fast_hash() const;     // for in-memory maps on the dispatch path
 };
 

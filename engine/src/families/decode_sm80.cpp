@@ -1,0 +1,167 @@
+// Host side of the decode_sm80 family (templates/decode_sm80/): knobs, tile rules, the split
+// count, and the launch plan (the main kernel, then the combine kernel when the keys are split).
+#include <algorithm>
+#include <cmath>
+
+#include "attention_params.hpp"
+#include "kernel_family.hpp"
+#include "templates/decode_sm80/layout.cuh"
+#include "templates/decode_sm80/params.cuh"
+
+namespace flashjit {
+namespace {
+
+// The speed-only knobs, declared once. `splits` is plan-only: it shapes the grid, not the code.
+enum DecodeKnob { kRowTiles, kWarps, kWarpKeys, kStages, kSplits };
+const KnobTable kKnobs{"decode_sm80",
+                       {{"row_tiles", "r", "kRowTiles", "16-row tiles of (token, query head) rows per CTA"},
+                        {"warps", "w", "kWarps", "warps per CTA, each taking a slice of every key tile"},
+                        {"warp_keys", "k", "kWarpKeys", "keys of each tile per warp: longer mma runs, more registers"},
+                        {"stages", "s", "kStages", "K/V tiles in flight: bytes in flight per SM"},
+                        {"splits", "p", nullptr, "key ranges per row block run by different CTAs; 0: chosen per call"}}};
+
+constexpr int kPriority = 50;         // before fa2_sm80: decode shapes are this family's
+constexpr int kMaxQueries = 16;       // per sequence: decode and speculative decoding
+constexpr int kMaxSplits = 128;       // more parts than this only adds combine traffic
+constexpr int kMinTilesPerSplit = 2;  // a split must at least fill its copy pipeline once
+constexpr int kCombineThreads = 128;  // flashjit_decode_combine: one warp per output row
+constexpr int kCombineRowsPerCta = kCombineThreads / 32;
+constexpr int kMaxThreadsPerSm = 2048;  // every arch from sm_80 to sm_90
+
+int elem_bytes(const Semantics& s) { return int(dtype_size(s.dtype)); }
+
+fj_layout::DecodeLayout layout(const Semantics& s, const Tiling& t) {
+  return fj_layout::decode_layout(elem_bytes(s), s.head_dim_qk, s.head_dim_v, 16 * t[kRowTiles], t[kWarps],
+                                  t[kWarpKeys], t[kStages]);
+}
+
+class DecodeSm80 final : public KernelFamily {
+ public:
+  const char* name() const override { return kKnobs.family; }
+  const KnobTable& knobs() const override { return kKnobs; }
+  const char* entry_template() const override { return "decode_sm80/decode.cu"; }
+  int priority() const override { return kPriority; }
+
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
+    if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+    if (!s.check().ok()) return "the semantics are out of range";
+    if (shape && shape->seqlen_q > kMaxQueries) return "more than 16 queries per sequence: a prefill shape";
+    return nullptr;
+  }
+
+  Status check_tiling(const Semantics&, const Tiling& t) const override {
+    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
+    if (t.table != &kKnobs) return bad("is not a decode_sm80 tiling");
+    if (t[kRowTiles] < 1 || t[kRowTiles] > 2) return bad("row_tiles must be 1 or 2 (16 or 32 rows)");
+    if (t[kWarps] != 2 && t[kWarps] != 4 && t[kWarps] != 8) return bad("warps must be 2, 4 or 8");
+    if (t[kWarpKeys] != 16 && t[kWarpKeys] != 32) return bad("warp_keys must be 16 or 32");
+    if (t[kStages] < 2 || t[kStages] > 6) return bad("stages must be in [2, 6]");
+    if (t[kSplits] < 0 || t[kSplits] > kMaxSplits) return bad("splits must be 0 (chosen per call) or in [1, 128]");
+    return {};
+  }
+
+  // Defaults: 64-key tiles on 4 warps and three stages keep two CTAs an SM with ~100 KB each at
+  // D = 128 (about 200 KB of K/V in flight per SM); D = 256 halves the stages.
+  Tiling default_tiling(const Arch& arch, const Semantics& s) const override {
+    Tiling t(kKnobs, {1, 4, 16, std::max(s.head_dim_qk, s.head_dim_v) <= 128 ? 3 : 2, 0});
+    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kStages] > 2) --t[kStages];
+    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kWarps] > 2) t[kWarps] /= 2;
+    return t;
+  }
+
+  std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
+    std::vector<Tiling> out;
+    for (int rows : {1, 2})
+      for (int w : {4, 8})
+        for (int wk : {16, 32})
+          for (int st : {2, 3, 4}) {
+            const Tiling t(kKnobs, {rows, w, wk, st, 0});
+            if (layout(s, t).smem_bytes <= arch_smem_limit(arch)) out.push_back(t);
+          }
+    // Fixed split counts of the default code: the same compiled kernel, other grids.
+    const Tiling def = default_tiling(arch, s);
+    for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+      Tiling t = def;
+      t[kSplits] = splits;
+      out.push_back(t);
+    }
+    return out;
+  }
+
+  std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
+    return {{"flashjit_decode_fwd", layout(v.semantics, v.tiling).smem_bytes}, {"flashjit_decode_combine", 0}};
+  }
+
+  std::size_t workspace_bytes(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
+    const int splits = split_count(p, v, d);
+    if (splits <= 1) return 0;
+    const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
+    return rows * std::size_t(v.semantics.head_dim_v + 1) * sizeof(float);
+  }
+
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
+              LaunchPlan& out) const override {
+    const Tiling& t = v.tiling;
+    const int splits = split_count(p, v, d);
+    const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
+    const std::int64_t row_blocks = (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
+    KernelLaunch& main = out.add();
+    main.entry = 0;
+    main.grid = {unsigned(splits), unsigned(p.shape.heads_kv * row_blocks), unsigned(p.shape.batch)};
+    main.block = {unsigned(t[kWarps] * 32), 1, 1};
+    main.smem_bytes = unsigned(layout(v.semantics, t).smem_bytes);
+    FjDecodeParams& dp = main.params.emplace<FjDecodeParams>();
+    fill_attention_params(p, dp.attn);
+    dp.splits = splits;
+    if (splits > 1) {
+      const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
+      dp.partial_lse = reinterpret_cast<float*>(workspace);
+      dp.partial_o = dp.partial_lse + rows;
+      KernelLaunch& combine = out.add();
+      combine.entry = 1;
+      combine.grid = {unsigned((p.shape.heads_q * p.shape.seqlen_q + kCombineRowsPerCta - 1) / kCombineRowsPerCta), 1,
+                      unsigned(p.shape.batch)};
+      combine.block = {unsigned(kCombineThreads), 1, 1};
+      combine.params = main.params;
+    }
+    return {};
+  }
+
+  // The split count: the tiling's, or chosen so that the CTAs fill the GPU's slots in as close
+  // to whole waves as a small count allows (FlashDecoding's rule): a batch of 1 with 8
+  // key/value heads splits its keys ~33 ways on 132 SMs, a batch of 128 not at all.
+  static int split_count(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) {
+    const Tiling& t = v.tiling;
+    if (t[kSplits] > 0) return t[kSplits];
+    const fj_layout::DecodeLayout l = layout(v.semantics, t);
+    const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
+    const std::int64_t row_blocks = (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
+    const std::int64_t base = std::max<std::int64_t>(1, p.shape.batch * p.shape.heads_kv * row_blocks);
+    const int per_sm = std::max(1, std::min(d.smem_per_sm > 0 ? d.smem_per_sm / (l.smem_bytes + 1024) : 1,
+                                            kMaxThreadsPerSm / (t[kWarps] * 32)));
+    const double slots = double(std::max(1, d.sm_count) * per_sm);
+    const std::int64_t tiles = (p.shape.seqlen_k + l.tile_keys - 1) / l.tile_keys;
+    const int most = int(std::clamp<std::int64_t>(tiles / kMinTilesPerSplit, 1, kMaxSplits));
+    if (double(base) >= slots * 0.8) return 1;  // the rows alone fill the GPU
+    // Efficiency of s splits: the share of the last wave's slots that work, over all waves.
+    auto efficiency = [&](int s) {
+      const double waves = double(base * s) / slots;
+      return waves / std::ceil(waves);
+    };
+    double best = 0;
+    for (int s = 1; s <= most; ++s) best = std::max(best, efficiency(s));
+    constexpr double kGoodEnough = 0.85;  // fewer splits within this of the best: less combine work
+    for (int s = 1; s <= most; ++s)
+      if (efficiency(s) >= kGoodEnough * best && double(base * s) >= slots * 0.5) return s;
+    return most;
+  }
+};
+
+}  // namespace
+
+const KernelFamily& decode_sm80_family() {
+  static const DecodeSm80 family;
+  return family;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,48 @@
+// Derived compile-time shape of one decode_sm80 kernel, from the rendered variant constants in
+// namespace fj::cfg. A CTA owns kRows (token, query head) rows of one key/value head: the query
+// heads of a GQA group are packed together, so each K/V tile is read once for the whole group.
+// Its warps split every key tile between them (kWarpKeys keys each) and merge their partial
+// results at the end.
+#pragma once
+
+#include "common/online_softmax.cuh"
+#include "common/ptx.cuh"
+#include "common/warp_gemm_sm80.cuh"
+#include "decode_sm80/layout.cuh"
+
+namespace fj::dec {
+
+using namespace fj::cfg;
+
+constexpr bool k16Bit = kDtype != 2;   // DType::f32 on the host
+constexpr bool kCausal = kMask == 1;   // Mask::causal
+constexpr bool kTf32 = kFp32Math == 1;  // Fp32Math::tf32
+constexpr bool kScoresInLog2 = kSoftcap;
+template <bool kIs16> struct ElemOf { using type = unsigned short; };
+template <> struct ElemOf<false> { using type = float; };
+using Elem = typename ElemOf<k16Bit>::type;
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16 * kRowTiles;  // rows of a CTA: whole 16-row mma tiles
+constexpr int kNTilesS = kWarpKeys / 8;
+static_assert(kWarpKeys % 16 == 0, "a warp's keys come in 16-key mma steps");
+
+constexpr fj_layout::DecodeLayout kLayout =
+    fj_layout::decode_layout(k16Bit ? 2 : 4, kHeadDimQK, kHeadDimV, kRows, kWarps, kWarpKeys, kStages);
+constexpr int kDQK = kLayout.dqk;
+constexpr int kDV = kLayout.dv;
+constexpr int kStrideQK = kLayout.stride_qk;
+constexpr int kStrideV = kLayout.stride_v;
+constexpr int kTileKeys = kLayout.tile_keys;
+constexpr int kStageElems = kLayout.stage_elems;
+constexpr int kMergeStride = kLayout.merge_stride;
+constexpr int kNTilesO = kDV / 8;
+
+using sm80::Frag;
+using Gemm = sm80::WarpGemm<Elem, kDtype, kTf32, kRowTiles, kNTilesS, kNTilesO, kDQK, kStrideQK, kStrideV>;
+using Softmax = OnlineSoftmax<kRowTiles, kNTilesS, kNTilesO>;
+
+// Q fragments stay in registers across the key loop when they are cheap (at most 32 registers).
+constexpr bool kQInRegisters = k16Bit && kRowTiles * (kDQK / 16) * 4 <= 32;
+
+}  // namespace fj::dec
