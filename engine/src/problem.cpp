@@ -4,7 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
+
+#include "tensor_layout.hpp"
 
 namespace flashjit {
 namespace {
@@ -16,57 +17,6 @@ Error bad(std::string msg) { return Error(Code::invalid_argument, std::move(msg)
 std::string dim(const char* tensor, int i) {
   return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + kDimNames[i] + ")";
 }
-
-// Byte range [lo, hi) a strided view touches; empty when any extent is 0.
-struct Extent {
-  std::uintptr_t lo = 0, hi = 0;
-};
-
-template <int N>
-Status check_layout(const char* name, const void* data, const std::int64_t (&shape)[N],
-                    const std::int64_t (&stride)[N], std::size_t elem, bool is_output, Extent* extent) {
-  std::int64_t count = 1;
-  for (int i = 0; i < N; ++i) {
-    if (shape[i] < 0) return bad(std::string(name) + ".shape[" + std::to_string(i) + "] must be >= 0, got " + std::to_string(shape[i]));
-    if (stride[i] < 0) return bad(std::string(name) + ".stride[" + std::to_string(i) + "] must be >= 0 (negative strides are not supported), got " + std::to_string(stride[i]));
-    count *= std::max<std::int64_t>(shape[i], 1);
-  }
-  // The largest element offset must fit comfortably in 63 bits of bytes.
-  __int128 last = 0;
-  bool any_empty = false;
-  for (int i = 0; i < N; ++i) {
-    if (shape[i] == 0) any_empty = true;
-    last += __int128(std::max<std::int64_t>(shape[i] - 1, 0)) * stride[i];
-  }
-  if (last * __int128(elem) > __int128(std::numeric_limits<std::int64_t>::max() / 2))
-    return bad(std::string(name) + ": strides and shape address more than 2^62 bytes");
-  if (any_empty) return {};
-  if (!data) return bad(std::string(name) + ".data is null");
-  if (reinterpret_cast<std::uintptr_t>(data) % elem)
-    return bad(std::string(name) + ".data must be aligned to its element size (" + std::to_string(elem) + " bytes)");
-  if (is_output) {
-    // Distinct elements must not share memory, or threads would race on them.
-    int order[N];
-    for (int i = 0; i < N; ++i) order[i] = i;
-    std::sort(order, order + N, [&](int a, int b) { return stride[a] < stride[b]; });
-    __int128 span = 1;  // elements covered by the dims so far
-    for (int k = 0; k < N; ++k) {
-      const int i = order[k];
-      if (shape[i] <= 1) continue;
-      if (__int128(stride[i]) < span)
-        return bad(std::string(name) + " overlaps itself: stride[" + std::to_string(i) + "] = " +
-                   std::to_string(stride[i]) + " is smaller than the extent of the faster dims (outputs need non-overlapping strides)");
-      span = __int128(stride[i]) * shape[i];
-    }
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  extent->lo = base;
-  extent->hi = base + std::uintptr_t(last + 1) * elem;
-  (void)count;
-  return {};
-}
-
-bool overlaps(const Extent& a, const Extent& b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
 
 // Widest access (elements) every tensor's pointer, strides and head dims allow, up to 16 bytes.
 int pick_vec(const AttentionArgs& a, std::size_t elem) {
