@@ -69,11 +69,9 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
-  constexpr std::int64_t kMaxGridYZ = 65535;   // CUDA grid y/z limit: heads and batch
-  constexpr std::int64_t kMaxSeq = 1ll << 30;  // keeps row indices and tile ends in int32
-  if (Hq > kMaxGridYZ) return bad(dim("q", 2) + " must be at most 65535");
-  if (B > kMaxGridYZ) return bad(dim("q", 0) + " must be at most 65535");
-  if (Sq > kMaxSeq || Sk > kMaxSeq) return bad("sequence lengths must be at most 2^30");
+  if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535");
+  if (B > kMaxBatch) return bad(dim("q", 0) + " must be at most 65535");
+  if (Sq > kMaxSeqLen || Sk > kMaxSeqLen) return bad("sequence lengths must be at most 2^30");
 
   const std::size_t elem = dtype_size(dt);
   Extent eq, ek, ev, eo, el;

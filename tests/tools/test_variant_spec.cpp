@@ -174,3 +174,45 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   CHECK(contains(bad.error().message(), "--dtype/--head-dim"));
   CHECK(contains(bad.error().message(), "shared memory"));
 }
+
+TEST_CASE("JSON integers are range-checked before narrowing (issue 6, defect 6)") {
+  auto err = [](const char* text) {
+    auto r = variants_from_json(nlohmann::json::parse(text), "v.json");
+    return r.ok() ? std::string("OK: ") + r->front().semantics.name() : r.error().message();
+  };
+  // 4294967360 = 2^32 + 64 and 4294967304 = 2^32 + 8 used to become 64 and 8.
+  CHECK(err(R"([{"head_dim": 4294967360}])") == "v.json[0].head_dim: must be an integer in [1, 256], got 4294967360");
+  CHECK(err(R"([{"head_dim": 64, "head_dim_v": 4294967360}])") ==
+        "v.json[0].head_dim_v: must be an integer in [1, 256], got 4294967360");
+  CHECK(err(R"([{"head_dim": 64, "vec": 4294967304}])") == "v.json[0].vec: must be an integer in [1, 8], got 4294967304");
+  CHECK(err(R"([{"head_dim": -4294967232}])") == "v.json[0].head_dim: must be an integer in [1, 256], got -4294967232");
+  CHECK(err(R"([{"head_dim": 18446744073709551615}])") ==
+        "v.json[0].head_dim: must be an integer in [1, 256], got 18446744073709551615");
+  CHECK(err(R"([{"head_dim": 64.0}])") == "v.json[0].head_dim: must be an integer in [1, 256], got 64");
+  CHECK(err(R"([{"head_dim": 64, "vec": 0}])") == "v.json[0].vec: must be an integer in [1, 8], got 0");
+  CHECK(err(R"([{"head_dim": 64, "vec": 3}])") == "v.json[0]: vec must be 1, 2, 4 or 8, got 3");
+  CHECK(err(R"([{"head_dim": 64, "vec": 4}])") == "OK: f16-d64-v4");
+}
+
+TEST_CASE("JSON files: nesting is bounded before parsing, names and strings are echoed safely") {
+  test::TempDir dir;
+  std::ofstream(dir / "deep.json") << std::string(200000, '[') << std::string(200000, ']');
+  auto deep = variants_from_file(dir / "deep.json");
+  REQUIRE_FALSE(deep.ok());
+  CHECK(contains(deep.error().message(), "--variants"));
+  CHECK(contains(deep.error().message(), "nested deeper than 64 levels"));
+  // Brackets inside strings are text, not nesting.
+  std::ofstream(dir / "brackets.json") << R"([{"head_dim": 64, "dtype": "f16"}, )" << "{\"head_dim\": 32, \"mask\": \"none\", "
+                                       << "\"tiling\": \"" << std::string(100, '[') << "\"}]";
+  auto brackets = variants_from_file(dir / "brackets.json");
+  REQUIRE_FALSE(brackets.ok());
+  CHECK(contains(brackets.error().message(), ".tiling"));
+
+  auto raw = variants_from_json(nlohmann::json::parse("[{\"head_dim\": 64, \"dtype\": \"f\\u001b[2J\"}]"), "v.json");
+  REQUIRE_FALSE(raw.ok());
+  CHECK(contains(raw.error().message(), "'f\\x1b[2J'"));
+  auto key = variants_from_json(nlohmann::json::parse("[{\"head_dim\": 64, \"\\u001b]0;x\\u0007\": 1}]"), "v.json");
+  REQUIRE_FALSE(key.ok());
+  CHECK(contains(key.error().message(), "unknown field '\\x1b]0;x\\x07'"));
+  CHECK(contains(variants_from_file(dir / "\xff.json").error().message(), "\\xff.json"));
+}

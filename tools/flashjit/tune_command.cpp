@@ -1,8 +1,8 @@
 // `flashjit tune`: the offline autotuner. Times every candidate tiling of each (variant, shape
 // bucket) on this machine's GPU and stores the winners in the cache, where every later process
 // on this device and arch finds them (EngineOptions::tune_mode offline or first-use).
+#include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +12,7 @@
 #include "flashjit/flashjit.hpp"
 #include "progress_bar.hpp"
 #include "variant_spec.hpp"
+#include "workload.hpp"
 
 namespace flashjit::tools {
 namespace {
@@ -21,57 +22,18 @@ struct TuneOptions {
   std::vector<std::string> sets;
   std::string workload;
   std::vector<int> seqs{4096};
-  int seq_k = 0;
-  long long batch_heads = 64;
+  int seq_k = 0;  // 0: each --seq
+  std::int64_t batch_heads = kDefaultBatchXHeads;
   bool retune = false;
   bool json = false;
   int device = 0;
   std::string cache_dir;
 };
 
-struct Job {
-  Semantics semantics;
-  std::int64_t seqlen_q, seqlen_k, batch_x_heads;
-  std::string origin;
-};
-
-Result<std::vector<Job>> jobs_from_workload(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error(Code::io_error, "--workload: cannot read " + path);
-  nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded() || !doc.is_array())
-    return Error(Code::invalid_argument, "--workload: " + path + " must hold a JSON list of shape objects");
-  std::vector<Job> jobs;
-  for (std::size_t i = 0; i < doc.size(); ++i) {
-    nlohmann::json v = doc[i];
-    const std::string where = path + "[" + std::to_string(i) + "]";
-    if (!v.is_object()) return Error(Code::invalid_argument, where + " must be an object");
-    auto take = [&](const char* k, std::int64_t fallback) -> Result<std::int64_t> {
-      if (!v.contains(k)) return fallback;
-      if (!v[k].is_number_integer() || v[k].get<std::int64_t>() < 1)
-        return Error(Code::invalid_argument, where + "." + k + " must be a positive integer");
-      const std::int64_t x = v[k].get<std::int64_t>();
-      v.erase(k);
-      return x;
-    };
-    auto sq = take("seqlen_q", -1);
-    if (!sq.ok()) return std::move(sq).error();
-    if (sq.value() < 0) return Error(Code::invalid_argument, where + ".seqlen_q is required");
-    auto sk = take("seqlen_k", sq.value());
-    auto bh = take("batch_x_heads", 64);
-    if (!sk.ok()) return std::move(sk).error();
-    if (!bh.ok()) return std::move(bh).error();
-    auto specs = variants_from_json(nlohmann::json::array({v}), where);
-    if (!specs.ok()) return std::move(specs).error();
-    for (auto& s : specs.value()) jobs.push_back({s.semantics, sq.value(), sk.value(), bh.value(), where});
-  }
-  return jobs;
-}
-
 int run(Context& ctx, const TuneOptions& o) {
-  std::vector<Job> jobs;
+  std::vector<TuneJob> jobs;
   if (!o.workload.empty()) {
-    auto w = jobs_from_workload(o.workload);
+    auto w = workload_from_file(o.workload);
     if (!w.ok()) return usage_error(ctx, "tune", w.error().message());
     jobs = std::move(w).value();
   }
@@ -107,7 +69,7 @@ int run(Context& ctx, const TuneOptions& o) {
   ProgressBar bar(ctx.err, jobs.size(), style);
   nlohmann::json results = nlohmann::json::array();
   int failures = 0;
-  for (const Job& job : jobs) {
+  for (const TuneJob& job : jobs) {
     TuneRequest req;
     req.semantics = job.semantics;
     req.seqlen_q = job.seqlen_q, req.seqlen_k = job.seqlen_k, req.batch_x_heads = job.batch_x_heads;

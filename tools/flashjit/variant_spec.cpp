@@ -1,8 +1,10 @@
 #include "variant_spec.hpp"
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <charconv>
+#include <utility>
+
+#include "base/printable.hpp"
+#include "json_input.hpp"
 
 namespace flashjit::tools {
 namespace {
@@ -41,21 +43,37 @@ Result<DTypeChoice> parse_dtype(const std::string& text, const std::string& opti
   if (text == "bf16") return DTypeChoice{DType::bf16, Fp32Math::exact};
   if (text == "f32") return DTypeChoice{DType::f32, Fp32Math::exact};
   if (text == "tf32") return DTypeChoice{DType::f32, Fp32Math::tf32};
-  return bad(option, "must be f16, bf16, f32 or tf32, got '" + text + "'");
+  return bad(option, "must be f16, bf16, f32 or tf32, got '" + printable(text) + "'");
 }
 
 Result<Mask> parse_mask(const std::string& text, const std::string& option) {
   if (text == "none") return Mask::none;
   if (text == "causal") return Mask::causal;
-  return bad(option, "must be none or causal, got '" + text + "'");
+  return bad(option, "must be none or causal, got '" + printable(text) + "'");
 }
 
 Result<Tiling> parse_tiling(const std::string& text, const std::string& option) {
   Tiling t;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "m%dn%dw%ds%d%c", &t.block_m, &t.block_n, &t.warps, &t.stages, &tail) != 4 ||
-      t.name() != text)
-    return bad(option, "must look like m128n64w4s2 (BLOCK_M, BLOCK_N, warps, stages), got '" + text + "'");
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  // from_chars, not sscanf: it reports numbers too large for an int instead of leaving them undefined.
+  const std::pair<char, int*> parts[] = {{'m', &t.block_m}, {'n', &t.block_n}, {'w', &t.warps}, {'s', &t.stages}};
+  bool ok = true;
+  for (const auto& [letter, field] : parts) {
+    if (end - p < 2 || p[0] != letter || p[1] < '0' || p[1] > '9') {  // a letter, then digits (no sign)
+      ok = false;
+      break;
+    }
+    const auto r = std::from_chars(p + 1, end, *field);
+    if (r.ec != std::errc()) {
+      ok = false;
+      break;
+    }
+    p = r.ptr;
+  }
+  // The canonical spelling only: no leading zeros or trailing text.
+  if (!ok || p != end || t.name() != text)
+    return bad(option, "must look like m128n64w4s2 (BLOCK_M, BLOCK_N, warps, stages), got '" + printable(text) + "'");
   return t;
 }
 
@@ -89,7 +107,7 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
   } else {
     std::string names;
     for (const auto& s : variant_sets()) names += (names.empty() ? "" : ", ") + std::string(s.name);
-    return bad("--set", "must be one of " + names + ", got '" + name + "'");
+    return bad("--set", "must be one of " + names + ", got '" + printable(name) + "'");
   }
   std::vector<VariantSpec> out;
   for (const auto& dt : dtypes)
@@ -142,65 +160,70 @@ Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& f) {
   return out;
 }
 
+Result<VariantSpec> variant_from_json(const nlohmann::json& o, const std::string& where,
+                                      std::initializer_list<const char*> also_allowed) {
+  if (!o.is_object()) return bad(where, "must be an object such as {\"dtype\": \"f16\", \"head_dim\": 128}");
+  static const char* const fields[] = {"dtype", "head_dim", "head_dim_v", "mask", "gqa", "lse", "tiling", "vec"};
+  for (const auto& [key, value] : o.items()) {
+    bool known = false;
+    for (const char* f : fields) known |= key == f;
+    for (const char* f : also_allowed) known |= key == f;
+    if (!known)
+      return bad(where, "unknown field '" + printable(key) +
+                            "' (known: dtype, head_dim, head_dim_v, mask, gqa, lse, tiling, vec)");
+  }
+  auto str = [&](const char* key, const char* dflt) -> Result<std::string> {
+    if (!o.contains(key)) return std::string(dflt);
+    if (!o[key].is_string()) return bad(where + "." + key, "must be a string");
+    return o[key].get<std::string>();
+  };
+  // 0 when absent; otherwise in [lo, hi], checked before it becomes an int.
+  auto integer = [&](const char* key, int lo, int hi) -> Result<int> {
+    if (!o.contains(key)) return 0;
+    auto v = json_integer(o[key], where + "." + key, lo, hi);
+    if (!v.ok()) return std::move(v).error();
+    return int(v.value());
+  };
+  auto boolean = [&](const char* key) -> Result<bool> {
+    if (!o.contains(key)) return false;
+    if (!o[key].is_boolean()) return bad(where + "." + key, "must be true or false");
+    return o[key].get<bool>();
+  };
+#define FJ_GET(var, expr)          \
+  auto var = (expr);               \
+  if (!var.ok()) return std::move(var).error()
+  FJ_GET(dtype_text, str("dtype", "f16"));
+  FJ_GET(mask_text, str("mask", "none"));
+  FJ_GET(tiling_text, str("tiling", ""));
+  FJ_GET(dqk, integer("head_dim", 1, kMaxHeadDim));
+  FJ_GET(dv, integer("head_dim_v", 1, kMaxHeadDim));
+  FJ_GET(vec, integer("vec", 1, kMaxVec));
+  FJ_GET(gqa, boolean("gqa"));
+  FJ_GET(lse, boolean("lse"));
+#undef FJ_GET
+  if (!o.contains("head_dim")) return bad(where, "needs a head_dim");
+  auto dt = parse_dtype(dtype_text.value(), where + ".dtype");
+  if (!dt.ok()) return std::move(dt).error();
+  auto mask = parse_mask(mask_text.value(), where + ".mask");
+  if (!mask.ok()) return std::move(mask).error();
+  std::optional<Tiling> tiling;
+  if (!tiling_text->empty()) {
+    auto t = parse_tiling(tiling_text.value(), where + ".tiling");
+    if (!t.ok()) return std::move(t).error();
+    tiling = t.value();
+  }
+  return make_spec(dt.value(), dqk.value(), dv.value() ? dv.value() : dqk.value(), mask.value(), gqa.value(),
+                   lse.value(), vec.value(), tiling, where);
+}
+
 Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source) {
   const nlohmann::json* list = &doc;
   if (doc.is_object() && doc.contains("variants")) list = &doc["variants"];
   if (!list->is_array())
     return bad(source, "must hold a JSON list of variant objects (or {\"variants\": [...]})");
-  static const char* const fields[] = {"dtype", "head_dim", "head_dim_v", "mask", "gqa", "lse", "tiling", "vec"};
   std::vector<VariantSpec> out;
   for (std::size_t i = 0; i < list->size(); ++i) {
-    const auto& o = (*list)[i];
-    const std::string where = source + "[" + std::to_string(i) + "]";
-    if (!o.is_object()) return bad(where, "must be an object such as {\"dtype\": \"f16\", \"head_dim\": 128}");
-    for (const auto& [key, value] : o.items()) {
-      bool known = false;
-      for (const char* f : fields) known |= key == f;
-      if (!known)
-        return bad(where, "unknown field '" + key + "' (known: dtype, head_dim, head_dim_v, mask, gqa, lse, tiling, vec)");
-    }
-    auto str = [&](const char* key, const char* dflt) -> Result<std::string> {
-      if (!o.contains(key)) return std::string(dflt);
-      if (!o[key].is_string()) return bad(where + "." + key, "must be a string");
-      return o[key].get<std::string>();
-    };
-    auto integer = [&](const char* key, int dflt) -> Result<int> {
-      if (!o.contains(key)) return dflt;
-      if (!o[key].is_number_integer()) return bad(where + "." + key, "must be an integer");
-      return o[key].get<int>();
-    };
-    auto boolean = [&](const char* key) -> Result<bool> {
-      if (!o.contains(key)) return false;
-      if (!o[key].is_boolean()) return bad(where + "." + key, "must be true or false");
-      return o[key].get<bool>();
-    };
-#define FJ_GET(var, expr)          \
-  auto var = (expr);               \
-  if (!var.ok()) return std::move(var).error()
-    FJ_GET(dtype_text, str("dtype", "f16"));
-    FJ_GET(mask_text, str("mask", "none"));
-    FJ_GET(tiling_text, str("tiling", ""));
-    FJ_GET(dqk, integer("head_dim", 0));
-    FJ_GET(dv, integer("head_dim_v", 0));
-    FJ_GET(vec, integer("vec", 0));
-    FJ_GET(gqa, boolean("gqa"));
-    FJ_GET(lse, boolean("lse"));
-#undef FJ_GET
-    if (!o.contains("head_dim")) return bad(where, "needs a head_dim");
-    FJ_TRY(check_head_dim(dqk.value(), where + ".head_dim"));
-    if (dv.value() != 0) FJ_TRY(check_head_dim(dv.value(), where + ".head_dim_v"));
-    auto dt = parse_dtype(dtype_text.value(), where + ".dtype");
-    if (!dt.ok()) return std::move(dt).error();
-    auto mask = parse_mask(mask_text.value(), where + ".mask");
-    if (!mask.ok()) return std::move(mask).error();
-    std::optional<Tiling> tiling;
-    if (!tiling_text->empty()) {
-      auto t = parse_tiling(tiling_text.value(), where + ".tiling");
-      if (!t.ok()) return std::move(t).error();
-      tiling = t.value();
-    }
-    auto spec = make_spec(dt.value(), dqk.value(), dv.value() ? dv.value() : dqk.value(), mask.value(), gqa.value(),
-                          lse.value(), vec.value(), tiling, where);
+    auto spec = variant_from_json((*list)[i], source + "[" + std::to_string(i) + "]");
     if (!spec.ok()) return std::move(spec).error();
     out.push_back(std::move(spec).value());
   }
@@ -208,13 +231,9 @@ Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, c
 }
 
 Result<std::vector<VariantSpec>> variants_from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error(Code::io_error, "--variants: cannot open '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad("--variants", "'" + path + "' is not valid JSON");
-  return variants_from_json(doc, path);
+  auto doc = read_json_file(path, "--variants");
+  if (!doc.ok()) return std::move(doc).error();
+  return variants_from_json(doc.value(), printable(path));
 }
 
 }  // namespace flashjit::tools

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,9 +59,18 @@ struct VariantFlags {
 };
 Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& flags);
 
-// A JSON list of objects (or {"variants": [...]}) with the flags' fields: dtype, head_dim,
-// head_dim_v, mask, gqa, lse, tiling, vec. Unknown fields are refused (they are typos).
+// Widest access a variant may ask for, in elements: 16 bytes of a 2-byte dtype (Semantics::check
+// then applies each dtype's own limit).
+inline constexpr int kMaxVec = 8;
+
+// One variant object with the flags' fields: dtype, head_dim, head_dim_v, mask, gqa, lse, tiling,
+// vec. Unknown fields are refused (they are typos) unless named in `also_allowed` (a workload's
+// shape fields); integers are range-checked before narrowing. `where` names it in errors.
+Result<VariantSpec> variant_from_json(const nlohmann::json& object, const std::string& where,
+                                      std::initializer_list<const char*> also_allowed = {});
+// A JSON list of variant objects, or {"variants": [...]}.
 Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source);
+// warmup --variants: the file is read and its nesting bounded before parsing (json_input.hpp).
 Result<std::vector<VariantSpec>> variants_from_file(const std::string& path);
 
 }  // namespace flashjit::tools
