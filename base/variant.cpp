@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/content_hash.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit {
 
@@ -104,7 +105,7 @@ Result<Arch> Arch::parse(const std::string& text) {
   Arch a;
   const auto bad = [&] {
     return Error(Code::invalid_argument,
-                 "arch must look like sm_80, sm_86, sm_89, sm_90 or sm_90a, got '" + text + "'");
+                 "arch must look like sm_80, sm_86, sm_89, sm_90 or sm_90a, got '" + printable(text) + "'");
   };
   if (text.size() < 5 || text.compare(0, 3, "sm_") != 0) return bad();
   std::size_t i = 3, digits = 0;

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/printable.hpp"
 #include "byte_size.hpp"
 #include "cache/bundle.hpp"
 #include "cache_commands.hpp"
@@ -25,7 +26,7 @@ int export_cmd(Context& ctx, const BundleOptions& o) {
   auto disk = open_cache(o.cache_dir);
   if (!disk.ok()) return failure(ctx, "cache export", "", disk.error());
   auto report = cache::export_bundle(disk.value(), o.file, arch.value());
-  if (!report.ok()) return failure(ctx, "cache export", o.file, report.error());
+  if (!report.ok()) return failure(ctx, "cache export", printable(o.file), report.error());
   const auto& r = report.value();
   for (const auto& s : r.skipped) ctx.err << "skipped (failed verification) " << s.path << ": " << s.reason << "\n";
   if (o.json) {
@@ -50,7 +51,7 @@ int import_cmd(Context& ctx, const BundleOptions& o) {
   cache::ImportOptions io;
   io.replace_existing = o.replace;
   auto report = cache::import_bundle(disk.value(), o.file, io);
-  if (!report.ok()) return failure(ctx, "cache import", o.file + " rejected, nothing imported", report.error());
+  if (!report.ok()) return failure(ctx, "cache import", printable(o.file) + " rejected, nothing imported", report.error());
   const auto& r = report.value();
   if (o.json) {
     ctx.out << nlohmann::json{{"root", disk->root()}, {"bundle", o.file}, {"entries", r.entries}, {"imported", r.imported},

@@ -48,9 +48,7 @@ int run(Context& ctx, const TuneOptions& o) {
     if (!s.ok()) return usage_error(ctx, "tune", s.error().message());
     specs.insert(specs.end(), s->begin(), s->end());
   }
-  for (int s : o.seqs)
-    if (s < 1) return usage_error(ctx, "tune", "--seq: sequence lengths must be >= 1");
-  if (o.batch_heads < 1) return usage_error(ctx, "tune", "--batch-heads must be >= 1");
+  // The flags' ranges were checked as they were parsed (add_tune_command).
   for (const auto& spec : specs)
     for (int s : o.seqs) jobs.push_back({spec.semantics, s, o.seq_k > 0 ? o.seq_k : s, o.batch_heads, spec.origin});
   if (jobs.empty()) return usage_error(ctx, "tune", "nothing to tune: give --set, --head-dim (with --dtype/--mask) or --workload");
@@ -117,19 +115,26 @@ void add_tune_command(CLI::App& app, Context& ctx) {
   CLI::App* sub = app.add_subcommand("tune", "Time every candidate tiling on this GPU and store the fastest per shape bucket");
   sub->add_option("--set", o->sets, "Named variant set (see `flashjit warmup --help`)")->delimiter(',');
   sub->add_option("--dtype", o->flags.dtypes, "f16, bf16, f32 or tf32; comma list allowed")->delimiter(',');
-  sub->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K; comma list allowed")->delimiter(',');
-  sub->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)");
+  sub->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K; comma list allowed")
+      ->delimiter(',')
+      ->check(CLI::Range(1, kMaxHeadDim));
+  sub->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)")
+      ->check(CLI::Range(1, kMaxHeadDim));
   sub->add_option("--mask", o->flags.masks, "none or causal; comma list allowed")->delimiter(',');
   sub->add_flag("--gqa", o->flags.gqa, "Query heads share key/value heads");
   sub->add_flag("--lse", o->flags.lse, "Also write the log-sum-exp");
-  sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")->delimiter(',');
-  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq");
-  sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)");
+  const int max_seq = int(kMaxSeqLen);
+  sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, max_seq));
+  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq")->check(CLI::Range(1, max_seq));
+  sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)")
+      ->check(CLI::Range(std::int64_t(1), kMaxBatchXHeads));
   sub->add_option("--workload", o->workload,
                   "JSON list of shapes: objects with the variant fields (dtype, head_dim, mask, gqa, lse, ...) "
                   "and seqlen_q, seqlen_k, batch_x_heads");
   sub->add_flag("--retune", o->retune, "Time again even where a current result is stored");
-  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)");
+  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)")->check(CLI::NonNegativeNumber);
   sub->add_option("--cache-dir", o->cache_dir, "Cache root (default: $FLASHJIT_CACHE_DIR, else XDG, else ~/.cache/flashjit)");
   sub->add_flag("--json", o->json, "Print every bucket's result and candidate timings as JSON on stdout");
   sub->footer(

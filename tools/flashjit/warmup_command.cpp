@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/printable.hpp"
 #include "byte_size.hpp"
 #include "cache_location.hpp"
 #include "context.hpp"
@@ -57,7 +58,7 @@ Result<std::vector<Arch>> parse_archs(const std::vector<std::string>& texts) {
     auto a = Arch::parse(t);
     if (!a.ok()) return Error(Code::invalid_argument, "--arch: " + a.error().message());
     if (auto f = choose_family(a.value(), Semantics{}); !f.ok())
-      return Error(Code::invalid_argument, "--arch: " + t + " is not supported: " + f.error().message());
+      return Error(Code::invalid_argument, "--arch: " + printable(t) + " is not supported: " + f.error().message());
     bool dup = false;
     for (const auto& b : archs) dup |= b == a.value();
     if (!dup) archs.push_back(a.value());
@@ -238,8 +239,11 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
       ->type_name("DTYPE");
   g->add_option("--head-dim", o->flags.head_dims, "Head dim of Q and K (1..256); comma list allowed")
       ->delimiter(',')
-      ->type_name("D");
-  g->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)")->type_name("D");
+      ->type_name("D")
+      ->check(CLI::Range(1, kMaxHeadDim));
+  g->add_option("--head-dim-v", o->flags.head_dim_v, "Head dim of V and O (default: --head-dim)")
+      ->type_name("D")
+      ->check(CLI::Range(1, kMaxHeadDim));
   g->add_option("--mask", o->flags.masks, "none or causal; comma list allowed (default none)")
       ->delimiter(',')
       ->type_name("MASK");
@@ -248,7 +252,8 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
   g->add_option("--tiling", o->flags.tiling, "Fixed tiling such as m128n64w4s2 (default: each arch's choice)")
       ->type_name("TILING");
   g->add_option("--vec", o->flags.vec, "Elements per global access: 1, 2, 4 or 8 (default: the widest the dims allow)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxVec));
   sub->add_option("--variants", o->variants_file,
                   "JSON list of variant objects with the fields dtype, head_dim, head_dim_v, mask, gqa, lse, tiling, vec")
       ->type_name("FILE.json");
@@ -256,7 +261,8 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
                 "Also compile every candidate tiling the autotuner may pick, so a tuned choice is always warm");
   sub->add_option("--threads", o->threads,
                   "Parallel compiles (default: the hardware's " + std::to_string(o->threads) + " threads)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
   add_cache_dir_option(sub, o->cache_dir);
   sub->add_flag("--json", o->json, "Print a machine-readable summary on stdout (one object per kernel)");
   sub->add_flag("--dry-run", o->dry_run, "List the kernels that would be compiled; compile and write nothing");
