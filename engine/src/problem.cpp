@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/printable.hpp"
 #include "tensor_layout.hpp"
 
 namespace flashjit {
@@ -65,7 +66,10 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   }
   if (Dqk < 1 || Dqk > kMaxHeadDim) return bad(dim("q", 3) + " must be in [1, 256], got " + std::to_string(Dqk));
   if (Dv < 1 || Dv > kMaxHeadDim) return bad(dim("v", 3) + " must be in [1, 256], got " + std::to_string(Dv));
-  if (Hkv < 0 || Hq < 0 || B < 0 || Sq < 0 || Sk < 0) return bad("shapes must be >= 0");
+  const std::pair<const TensorView*, int> sizes[] = {{&a.q, 0}, {&a.q, 1}, {&a.q, 2}, {&a.k, 1}, {&a.k, 2}};
+  for (const auto& [view, i] : sizes)
+    if (view->shape[i] < 0)
+      return bad(dim(view == &a.q ? "q" : "k", i) + " must be >= 0, got " + std::to_string(view->shape[i]));
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
@@ -94,7 +98,7 @@ Result<ValidatedProblem> validate_problem(const AttentionArgs& a) {
   float scale = 1.0f / std::sqrt(float(std::max<std::int64_t>(Dqk, 1)));
   if (a.softmax_scale) {
     scale = *a.softmax_scale;
-    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + std::to_string(scale));
+    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + printable(scale));
   }
   if (a.mask != Mask::none && a.mask != Mask::causal) return bad("mask must be none or causal");
   if (a.fp32_math != Fp32Math::exact && a.fp32_math != Fp32Math::tf32) return bad("fp32_math must be exact or tf32");

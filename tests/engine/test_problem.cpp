@@ -178,3 +178,15 @@ TEST_CASE("a range that wraps past 2^64 is refused, not taken as disjoint (issue
   REQUIRE_FALSE(r.ok());
   CHECK(mentions(r.error().message(), "q: its 2 bytes from data = 0xfffffffffffffffe wrap past the end"));
 }
+
+TEST_CASE("negative shapes name the argument; scales print faithfully (issue 6, defect 10)") {
+  AttentionArgs a = make();
+  a.q.shape[1] = a.o.shape[1] = -5;
+  CHECK(mentions(error_of(a), "q.shape[1] (seq) must be >= 0, got -5"));
+  a = make();
+  a.k.shape[2] = a.v.shape[2] = -2;
+  CHECK(mentions(error_of(a), "k.shape[2] (heads) must be >= 0, got -2"));
+  a = make();
+  a.softmax_scale = -1e-30f;
+  CHECK(mentions(error_of(a), "got -1e-30"));
+}
