@@ -30,6 +30,9 @@ namespace flashjit {
   X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000) X(cuEventDestroy, 4000)               \
   X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)
 
+// Names the driver library to load instead of libcuda.so.1.
+inline constexpr const char* kLibcudaPathEnv = "FLASHJIT_LIBCUDA_PATH";
+
 struct DriverLibrary {
 #define FJ_DRIVER_MEMBER(name, version) decltype(&::name) name = nullptr;
   FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_MEMBER)
@@ -39,6 +42,9 @@ struct DriverLibrary {
 
   // Opens libcuda once per process and calls cuInit(0); an error says why (no driver, no GPU).
   static Result<const DriverLibrary*> get();
+  // One attempt: `override_path` ($FLASHJIT_LIBCUDA_PATH; a path that cannot be loaded is an
+  // error naming the variable and the path), else libcuda.so.1.
+  static Result<DriverLibrary> load(const char* override_path);
 
   // An Error for a failed call: "what: CUDA_ERROR_X (text)".
   Error error(CUresult r, const std::string& what) const;
