@@ -5,13 +5,15 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/printable.hpp"
+
 namespace flashjit::cache {
 
 Result<std::uint64_t> parse_byte_size(const std::string& text, const std::string& option) {
   auto bad = [&] {
     return Error(Code::invalid_argument,
                  option + " must be a byte count such as 1048576, 512M or 2G (K, M, G, T are powers of 1024), got '" +
-                     text + "'");
+                     printable(text) + "'");
   };
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;

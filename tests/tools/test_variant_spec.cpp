@@ -140,6 +140,9 @@ TEST_CASE("byte sizes: suffixes in, readable sizes out") {
     CHECK_MESSAGE(!r.ok(), bad);
     if (!r.ok()) CHECK(contains(r.error().message(), "--max-bytes"));
   }
+  auto raw = parse_byte_size("2\x1b[2JG", "FLASHJIT_CACHE_MAX_BYTES");
+  REQUIRE(!raw.ok());
+  CHECK(contains(raw.error().message(), "'2\\x1b[2JG'"));
   CHECK(format_bytes(812) == "812 B");
   CHECK(format_bytes(4096) == "4.00 KiB");
   CHECK(format_bytes(1536ull << 20) == "1.50 GiB");
