@@ -38,7 +38,7 @@ Result<std::uint64_t> parse_byte_size(const std::string& text, const std::string
   if (fraction && shift == 0) return bad();  // "1.5" bytes is no byte count
   const long double value = std::strtold(number.c_str(), nullptr) * std::ldexp(1.0L, shift);
   if (!(value < 18446744073709551615.0L)) return bad();
-  return static_cast<std::uint64_t>(value + 0.5L);
+  return static_cast<std::uint64_t>(std::roundl(value));  // not + 0.5: that rounds odd counts above 2^63 up
 }
 
 }  // namespace flashjit::cache

@@ -166,7 +166,9 @@ write(w, "nested_objects", "[" + '{"a":' * 1000 + "1" + "}" * 1000 + "]")
 BYTE_SIZE, TUNE_MODE, ARCH, TILING, DTYPE_MASK, PRINTABLE = (bytes([i]) for i in range(6))
 e = "fuzz_env_values"
 for name, value in [("byte_size_512M", b"512M"), ("byte_size_fraction", b"1.5GiB"), ("byte_size_plain", b"1048576"),
-                    ("byte_size_2p64_minus_1", b"18446744073709551615"), ("byte_size_over_2p64", b"99999999999T"),
+                    ("byte_size_2p64_minus_1", b"18446744073709551615"),
+                    # Found by this target: an odd count above 2^63 came back one larger.
+                    ("byte_size_odd_above_2p63", b"9999999999999999999"), ("byte_size_over_2p64", b"99999999999T"),
                     ("byte_size_near_2p64", b"16777215.9999999999T"), ("byte_size_escape", b"2\x1b[2JG")]:
     write(e, name, BYTE_SIZE + value)
 for name, value in [("tune_mode_first_use", b"First-Use"), ("tune_mode_typo", b"offlien\xff")]:
