@@ -8,7 +8,7 @@ namespace flashjit {
 
 namespace {
 
-constexpr int kMaxRank = 8;  // TensorView has 4 dims, LseView 3
+constexpr int kMaxRank = 8;  // room for every view the library has: TensorView 4 dims, LseView 3
 
 Error bad(std::string msg) { return Error(Code::invalid_argument, std::move(msg)); }
 
