@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/printable.hpp"
+
 namespace flashjit::autotune {
 
 namespace {
@@ -32,8 +34,8 @@ Result<TuneMode> parse_tune_mode(std::string_view text) {
   if (t == "offline" || t == "offline_only") return TuneMode::offline_only;
   return Error(Code::invalid_argument,
                "tune mode must be 'off', 'first-use' (or 'on_first_use') or 'offline' (or "
-               "'offline_only'), got '" + std::string(text) + "'")
-      .with("value", std::string(text));
+               "'offline_only'), got '" + printable(text) + "'")
+      .with("value", printable(text));
 }
 
 TuneMode tune_mode_from_env(TuneMode fallback, const Logger& logger) {

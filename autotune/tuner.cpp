@@ -7,6 +7,7 @@
 #include <set>
 
 #include "base/content_hash.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::autotune {
 
@@ -104,7 +105,7 @@ Result<TuneOutcome> tune(const std::vector<Tiling>& candidates, const Tiling& de
       log("tune: " + t.name() + " failed: " + r.reason);
     } else if (!std::isfinite(*ms) || !(*ms > 0)) {
       r.status = CandidateStatus::failed;
-      r.reason = "measure returned " + std::to_string(*ms) + " ms, not a positive time";
+      r.reason = "measure returned " + printable(*ms) + " ms, not a positive time";
       log("tune: " + t.name() + " failed: " + r.reason);
     } else {
       r.status = CandidateStatus::timed;

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "base/json_depth.hpp"
+#include "base/printable.hpp"
+
 namespace flashjit::autotune {
 
 namespace {
@@ -133,6 +136,8 @@ ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader
     out.records.clear();
     return out;
   };
+  // A tuning file sits in a folder others may have written to; bound its nesting first.
+  if (auto depth = check_json_depth(text, "tuning file"); !depth.ok()) return corrupt(depth.error().message());
   const json doc = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return corrupt("not valid JSON");
   if (!doc.is_object()) return corrupt("not a JSON object");
@@ -153,8 +158,8 @@ ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader
     return corrupt("missing 'device_name' or 'arch'");
   // Device slugs could collide ("A B" and "A-B"); another device's timings must not be used.
   if (h.device_name != expect.device_name || h.arch != expect.arch)
-    return corrupt("written for device '" + h.device_name + "' " + h.arch + ", not '" + expect.device_name +
-                   "' " + expect.arch);
+    return corrupt("written for device '" + printable(h.device_name) + "' " + printable(h.arch) + ", not '" +
+                   printable(expect.device_name) + "' " + expect.arch);
   const json* records = member(doc, "records");
   if (!records || !records->is_object()) return corrupt("missing 'records' object");
   for (auto it = records->begin(); it != records->end(); ++it) {
@@ -163,7 +168,7 @@ ParsedTuningFile parse_tuning_file(std::string_view text, const TuningFileHeader
     const KnobTable* table = knobs ? knobs(family) : nullptr;
     std::string why = table ? get_record(it.value(), *table, r) : "no kernel family '" + family + "' in this flashjit";
     if (why.empty()) out.records.emplace(it.key(), std::move(r));
-    else out.bad_records.push_back(it.key() + ": " + why);
+    else out.bad_records.push_back(printable(it.key()) + ": " + why);
   }
   return out;
 }

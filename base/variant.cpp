@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "base/content_hash.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit {
 
@@ -121,8 +122,8 @@ Result<Tiling> Tiling::parse(const KnobTable& table, std::string_view text) {
   std::string form;
   for (const Knob& k : table.knobs) form += std::string(k.tag) + "<" + k.name + ">";
   const auto bad = [&] {
-    return Error(Code::invalid_argument, std::string("a ") + table.family + " tiling looks like " + form + ", got '" +
-                                             std::string(text.substr(0, 64)) + (text.size() > 64 ? "...'" : "'"));
+    return Error(Code::invalid_argument,
+                 std::string("a ") + table.family + " tiling looks like " + form + ", got '" + printable(text) + "'");
   };
   Tiling t;
   t.table = &table;
@@ -170,7 +171,7 @@ Result<Arch> Arch::parse(const std::string& text) {
   Arch a;
   const auto bad = [&] {
     return Error(Code::invalid_argument,
-                 "arch must look like sm_80, sm_86, sm_89, sm_90 or sm_90a, got '" + text + "'");
+                 "arch must look like sm_80, sm_86, sm_89, sm_90 or sm_90a, got '" + printable(text) + "'");
   };
   if (text.size() < 5 || text.compare(0, 3, "sm_") != 0) return bad();
   std::size_t i = 3, digits = 0;

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "base/printable.hpp"
+
 namespace flashjit {
 namespace {
 
@@ -25,9 +27,11 @@ Status parse_enum(const json& j, const std::string& where, std::initializer_list
                   Enum& out) {
   std::string choices;
   for (Enum e : all) choices += (choices.empty() ? "" : ", ") + std::string(name(e));
-  if (j.is_string())
+  if (j.is_string()) {
     for (Enum e : all)
       if (j.get_ref<const std::string&>() == name(e)) return out = e, Status{};
+    return bad(where, "must be one of " + choices + ", got '" + printable(j.get_ref<const std::string&>()) + "'");
+  }
   return bad(where, "must be one of " + choices);
 }
 Status parse_value(const json& j, const std::string& where, DType& out) {
@@ -71,7 +75,7 @@ Result<Semantics> semantics_from_json(const json& j, const std::string& where) {
   for (const auto& item : j.items()) {
     bool found = false;
     s.visit([&](const SemanticsField& f, const auto&) { found |= item.key() == f.name; });
-    if (!found) return bad(where, "unknown field '" + item.key().substr(0, 64) + "' (known: " + known + ")");
+    if (!found) return bad(where, "unknown field '" + printable(item.key()) + "' (known: " + known + ")");
   }
   Status st;
   s.visit([&](const SemanticsField& f, auto& v) {

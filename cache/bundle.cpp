@@ -15,6 +15,7 @@
 #include "cache/file_lock.hpp"
 #include "cache/le_codec.hpp"
 #include "base/content_hash.hpp"
+#include "base/printable.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -62,8 +63,8 @@ struct BundleRecord {
 };
 
 Error rejected(Code code, const std::string& path, const std::string& reason) {
-  return Error(code, "bundle '" + path + "' rejected, nothing imported: " + reason)
-      .with("path", path)
+  return Error(code, "bundle '" + printable(path) + "' rejected, nothing imported: " + reason)
+      .with("path", printable(path))
       .with("reason", reason);
 }
 

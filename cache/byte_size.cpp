@@ -5,13 +5,15 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "base/printable.hpp"
+
 namespace flashjit::cache {
 
 Result<std::uint64_t> parse_byte_size(const std::string& text, const std::string& option) {
   auto bad = [&] {
     return Error(Code::invalid_argument,
                  option + " must be a byte count such as 1048576, 512M or 2G (K, M, G, T are powers of 1024), got '" +
-                     text + "'");
+                     printable(text) + "'");
   };
   std::size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
@@ -36,7 +38,7 @@ Result<std::uint64_t> parse_byte_size(const std::string& text, const std::string
   if (fraction && shift == 0) return bad();  // "1.5" bytes is no byte count
   const long double value = std::strtold(number.c_str(), nullptr) * std::ldexp(1.0L, shift);
   if (!(value < 18446744073709551615.0L)) return bad();
-  return static_cast<std::uint64_t>(value + 0.5L);
+  return static_cast<std::uint64_t>(std::roundl(value));  // not + 0.5: that rounds odd counts above 2^63 up
 }
 
 }  // namespace flashjit::cache

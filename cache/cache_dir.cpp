@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "cache/posix_io.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::cache {
 
@@ -26,7 +27,7 @@ Result<std::string> resolve_cache_root() {
   if (!dir.empty()) {
     if (dir.front() != '/')
       return Error(Code::invalid_argument,
-                   "FLASHJIT_CACHE_DIR must be an absolute path, got '" + dir + "'")
+                   "FLASHJIT_CACHE_DIR must be an absolute path, got '" + printable(dir) + "'")
           .with("variable", "FLASHJIT_CACHE_DIR");
     return dir;
   }
@@ -56,10 +57,10 @@ bool is_valid_arch(std::string_view arch) {
 Status validate_arch(std::string_view arch) {
   if (is_valid_arch(arch)) return {};
   return Error(Code::invalid_argument,
-               "arch '" + std::string(arch) +
+               "arch '" + printable(arch) +
                    "' is not a GPU architecture name: expected sm_ followed by 2 to 4 digits and "
                    "an optional 'a' or 'f' (e.g. sm_80, sm_90a)")
-      .with("arch", std::string(arch));
+      .with("arch", printable(arch));
 }
 
 Result<CacheDir> CacheDir::open(std::string root) {

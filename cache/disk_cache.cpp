@@ -18,6 +18,7 @@
 #include "cache/disk_cache_state.hpp"
 #include "cache/entry_file.hpp"
 #include "cache/file_lock.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::cache {
 
@@ -225,7 +226,7 @@ Result<DiskCache> DiskCache::open(Options options) {
     auto parsed = parse_byte_size(env, "FLASHJIT_CACHE_MAX_BYTES");
     if (!parsed) return std::move(parsed).error();
     // A cap of nothing is a mistake, not a way to disable the cache (FLASHJIT_DISK_CACHE=0 is).
-    if (*parsed == 0) return Error(Code::invalid_argument, "FLASHJIT_CACHE_MAX_BYTES must be positive, got '" + std::string(env) + "'");
+    if (*parsed == 0) return Error(Code::invalid_argument, "FLASHJIT_CACHE_MAX_BYTES must be positive, got '" + printable(env) + "'");
     max_bytes = *parsed;
   }
   auto dir = CacheDir::open(root);

@@ -2,6 +2,8 @@
 
 #include "cache/cache_dir.hpp"
 
+#include "base/printable.hpp"
+
 namespace flashjit::cache {
 
 namespace {
@@ -40,15 +42,15 @@ Status validate_entry_key(const EntryKey& key) {
   FJ_TRY(validate_arch(key.arch));
   if (!is_valid_entry_name(key.name))
     return Error(Code::invalid_argument,
-                 "cache entry name '" + key.name + "' must be 1 to " + std::to_string(kMaxEntryNameBytes) +
+                 "cache entry name '" + printable(key.name) + "' must be 1 to " + std::to_string(kMaxEntryNameBytes) +
                      " characters from [A-Za-z0-9_.-], not starting with '.'")
-        .with("name", key.name);
+        .with("name", printable(key.name));
   if (!is_valid_content_hash(key.content_hash))
     return Error(Code::invalid_argument,
-                 "cache entry content_hash '" + key.content_hash + "' must be " +
+                 "cache entry content_hash '" + printable(key.content_hash) + "' must be " +
                      std::to_string(kMinContentHashDigits) + " to " + std::to_string(kMaxContentHashDigits) +
                      " lowercase hex digits")
-        .with("content_hash", key.content_hash);
+        .with("content_hash", printable(key.content_hash));
   return {};
 }
 

@@ -1,19 +1,14 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian packages), checks for the CUDA toolkit, configures and builds
 # into build/. Safe to run again: it only installs and rebuilds what is needed.
+#
+# bash scripts/bootstrap.sh [BUILD_DIR [CMAKE_ARG...]] builds another configuration into its own
+# folder (scripts/sanitize.sh: build-asan/ with clang, the sanitizers and the fuzz targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev)
-missing=()
-for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ((${#missing[@]})); then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  echo "installing: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+source scripts/packages.sh
+ensure_packages "${build_packages[@]}"
 
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
@@ -21,5 +16,7 @@ if [ ! -f "$cuda/include/nvrtc.h" ] || [ ! -f "$cuda/include/cuda.h" ]; then
   exit 1
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda" >/dev/null
-cmake --build build -j"$(nproc)"
+build_dir=${1:-build}
+shift $(($# > 0 ? 1 : 0))
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda" "$@" >/dev/null
+cmake --build "$build_dir" -j"$(nproc)"

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "base/printable.hpp"
+
 #include "nvrtc_library.hpp"
 #include "template_store.hpp"
 
@@ -64,7 +66,7 @@ Result<CompiledKernel> compile_cubin(const CompileRequest& request) {
   }
   if (compiled != NVRTC_SUCCESS) {
     std::string opt_line;
-    for (const auto& o : out.options) opt_line += o + " ";
+    for (const auto& o : out.options) opt_line += printable(o) + " ";  // FLASHJIT_NVRTC_OPTIONS is outside text
     return fail("NVRTC failed to compile the kernel", compiled).with("options", opt_line).with("nvrtc_log", out.log);
   }
   std::size_t size = 0;

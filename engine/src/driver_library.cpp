@@ -9,6 +9,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "base/printable.hpp"
+
 namespace flashjit {
 
 #define FJ_DRIVER_CHECK(name, version)                                                 \
@@ -17,20 +19,27 @@ namespace flashjit {
 FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_CHECK)
 #undef FJ_DRIVER_CHECK
 
-static Result<DriverLibrary> open_driver() {
-  const char* override_path = std::getenv("FLASHJIT_LIBCUDA_PATH");
-  const char* path = override_path && *override_path ? override_path : "libcuda.so.1";
+Result<DriverLibrary> DriverLibrary::load(const char* override_path) {
+  const bool named = override_path && *override_path;
+  const char* path = named ? override_path : "libcuda.so.1";
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle && named) {
+    const std::string why = printable(dlerror());
+    return Error(Code::library_missing,
+                 std::string(kLibcudaPathEnv) + " = '" + printable(path) + "' could not be loaded: " + why)
+        .with("variable", kLibcudaPathEnv)
+        .with("path", printable(path));
+  }
   if (!handle)
     return Error(Code::library_missing, "the CUDA driver (libcuda.so.1) could not be loaded: no NVIDIA driver on this machine")
-        .with("dlerror", dlerror());
+        .with("dlerror", printable(dlerror()));
 
   using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get_proc = reinterpret_cast<GetProc>(dlsym(handle, "cuGetProcAddress_v2"));
   using GetVersion = CUresult (*)(int*);
   auto get_version = reinterpret_cast<GetVersion>(dlsym(handle, "cuDriverGetVersion"));
   if (!get_proc || !get_version)
-    return Error(Code::library_missing, std::string(path) + " is older than CUDA 12 (no cuGetProcAddress_v2)");
+    return Error(Code::library_missing, printable(path) + " is older than CUDA 12 (no cuGetProcAddress_v2)");
 
   DriverLibrary lib;
   if (get_version(&lib.driver_version) != CUDA_SUCCESS)
@@ -59,7 +68,7 @@ static Result<DriverLibrary> open_driver() {
 Result<const DriverLibrary*> DriverLibrary::get() {
   static std::once_flag once;
   static std::optional<Result<DriverLibrary>> loaded;
-  std::call_once(once, [] { loaded.emplace(open_driver()); });
+  std::call_once(once, [] { loaded.emplace(load(std::getenv(kLibcudaPathEnv))); });
   if (!loaded->ok()) return loaded->error();
   return &loaded->value();
 }

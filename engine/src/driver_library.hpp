@@ -34,6 +34,9 @@ namespace flashjit {
   X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000) X(cuGraphInstantiateWithFlags, 11040) \
   X(cuGraphLaunch, 10000) X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000)
 
+// Names the driver library to load instead of libcuda.so.1.
+inline constexpr const char* kLibcudaPathEnv = "FLASHJIT_LIBCUDA_PATH";
+
 struct DriverLibrary {
 #define FJ_DRIVER_MEMBER(name, version) decltype(&::name) name = nullptr;
   FLASHJIT_DRIVER_FUNCTIONS(FJ_DRIVER_MEMBER)
@@ -43,6 +46,9 @@ struct DriverLibrary {
 
   // Opens libcuda once per process and calls cuInit(0); an error says why (no driver, no GPU).
   static Result<const DriverLibrary*> get();
+  // One attempt: `override_path` ($FLASHJIT_LIBCUDA_PATH; a path that cannot be loaded is an
+  // error naming the variable and the path), else libcuda.so.1.
+  static Result<DriverLibrary> load(const char* override_path);
 
   // An Error for a failed call: "what: CUDA_ERROR_X (text)".
   Error error(CUresult r, const std::string& what) const;

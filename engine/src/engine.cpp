@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
@@ -24,12 +25,23 @@
 
 namespace flashjit {
 
+namespace {
+
+// a * b, or int64's largest value when the product does not fit: such a stride makes
+// validation refuse the view (its extent exceeds any limit) instead of wrapping to one that fits.
+std::int64_t stride_product(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
+}
+
+}  // namespace
+
 TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
   TensorView v;
   v.data = data;
   v.dtype = dtype;
   v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
-  v.stride[3] = 1, v.stride[2] = d, v.stride[1] = h * d, v.stride[0] = s * h * d;
+  v.stride[3] = 1, v.stride[2] = d, v.stride[1] = stride_product(h, d), v.stride[0] = stride_product(s, v.stride[1]);
   return v;
 }
 
@@ -38,7 +50,7 @@ TensorView TensorView::bhsd(const void* data, DType dtype, std::int64_t b, std::
   v.data = data;
   v.dtype = dtype;
   v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
-  v.stride[3] = 1, v.stride[1] = d, v.stride[2] = s * d, v.stride[0] = h * s * d;
+  v.stride[3] = 1, v.stride[1] = d, v.stride[2] = stride_product(s, d), v.stride[0] = stride_product(h, v.stride[2]);
   return v;
 }
 
@@ -46,7 +58,7 @@ LseView LseView::contiguous(float* data, std::int64_t b, std::int64_t h, std::in
   LseView l;
   l.data = data;
   l.shape[0] = b, l.shape[1] = h, l.shape[2] = s;
-  l.stride[2] = 1, l.stride[1] = s, l.stride[0] = h * s;
+  l.stride[2] = 1, l.stride[1] = s, l.stride[0] = stride_product(h, s);
   return l;
 }
 

@@ -4,31 +4,46 @@
 
 #include <cstdlib>
 #include <mutex>
-#include <vector>
+#include <optional>
+#include <type_traits>
+
+#include "base/printable.hpp"
 
 namespace flashjit {
 
-static Result<NvrtcLibrary> open_nvrtc() {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("FLASHJIT_NVRTC_PATH"); p && *p) candidates.push_back(p);
-  // The SONAME first (what a system install provides), then the toolkit's default location.
-  candidates.insert(candidates.end(), {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                                       "/usr/local/cuda/lib64/libnvrtc.so.13",
-                                       "/usr/local/cuda/lib64/libnvrtc.so"});
-  std::string tried;
-  void* handle = nullptr;
+Result<NvrtcLibrary> NvrtcLibrary::load(const char* override_path) {
   NvrtcLibrary lib;
-  for (const auto& c : candidates) {
-    handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) {
-      lib.path = c;
-      break;
+  void* handle = nullptr;
+  if (override_path && *override_path) {
+    // A path the user named is the only candidate: falling back to another NVRTC would hide the
+    // mistake and compile (and key the cache) with a toolkit they did not ask for.
+    handle = dlopen(override_path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const std::string why = printable(dlerror());
+      return Error(Code::library_missing, std::string(kNvrtcPathEnv) + " = '" + printable(override_path) +
+                                              "' could not be loaded: " + why)
+          .with("variable", kNvrtcPathEnv)
+          .with("path", printable(override_path));
     }
-    tried += "\n    " + c + ": " + dlerror();
+    lib.path = override_path;
+  } else {
+    // The SONAME first (what a system install provides), then the toolkit's default location.
+    const char* const candidates[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                                      "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so"};
+    std::string tried;
+    for (const char* c : candidates) {
+      handle = dlopen(c, RTLD_NOW | RTLD_LOCAL);
+      if (handle) {
+        lib.path = c;
+        break;
+      }
+      tried += std::string("\n    ") + c + ": " + printable(dlerror());
+    }
+    if (!handle)
+      return Error(Code::library_missing,
+                   std::string("NVRTC could not be loaded; install the CUDA toolkit's NVRTC or set ") + kNvrtcPathEnv)
+          .with("tried", tried);
   }
-  if (!handle)
-    return Error(Code::library_missing, "NVRTC could not be loaded; install the CUDA toolkit's NVRTC or set FLASHJIT_NVRTC_PATH")
-        .with("tried", tried);
   bool ok = true;
   std::string missing;
   auto sym = [&](auto& fn, const char* name) {
@@ -44,10 +59,10 @@ static Result<NvrtcLibrary> open_nvrtc() {
   sym(lib.nvrtcGetProgramLog, "nvrtcGetProgramLog");
   sym(lib.nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
   sym(lib.nvrtcGetCUBIN, "nvrtcGetCUBIN");
-  if (!ok) return Error(Code::library_missing, "NVRTC at " + lib.path + " lacks symbols:" + missing);
+  if (!ok) return Error(Code::library_missing, "NVRTC at " + printable(lib.path) + " lacks symbols:" + missing);
   int major = 0, minor = 0;
   if (lib.nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
-    return Error(Code::library_missing, "nvrtcVersion failed for " + lib.path);
+    return Error(Code::library_missing, "nvrtcVersion failed for " + printable(lib.path));
   lib.version = std::to_string(major) + "." + std::to_string(minor);
   return lib;
 }
@@ -55,7 +70,7 @@ static Result<NvrtcLibrary> open_nvrtc() {
 Result<const NvrtcLibrary*> NvrtcLibrary::get() {
   static std::once_flag once;
   static std::optional<Result<NvrtcLibrary>> loaded;
-  std::call_once(once, [] { loaded.emplace(open_nvrtc()); });
+  std::call_once(once, [] { loaded.emplace(load(std::getenv(kNvrtcPathEnv))); });
   if (!loaded->ok()) return loaded->error();
   return &loaded->value();
 }

@@ -10,6 +10,9 @@
 
 namespace flashjit {
 
+// Names the NVRTC library to load instead of searching for one.
+inline constexpr const char* kNvrtcPathEnv = "FLASHJIT_NVRTC_PATH";
+
 struct NvrtcLibrary {
   decltype(&::nvrtcVersion) nvrtcVersion = nullptr;
   decltype(&::nvrtcGetErrorString) nvrtcGetErrorString = nullptr;
@@ -24,8 +27,11 @@ struct NvrtcLibrary {
   std::string version;  // "13.0"
   std::string path;     // the file that was opened
 
-  // Opens once per process (thread safe); FLASHJIT_NVRTC_PATH overrides the search.
+  // Opens once per process (thread safe): load($FLASHJIT_NVRTC_PATH).
   static Result<const NvrtcLibrary*> get();
+  // Opens `override_path` and nothing else, or (null or empty) searches the usual names. A path
+  // that cannot be loaded is an error naming the variable and the path.
+  static Result<NvrtcLibrary> load(const char* override_path);
 };
 
 }  // namespace flashjit

@@ -7,6 +7,9 @@
 #include <limits>
 #include <string>
 
+#include "base/printable.hpp"
+#include "tensor_layout.hpp"
+
 namespace flashjit {
 namespace {
 
@@ -17,57 +20,6 @@ Error bad(std::string msg) { return Error(Code::invalid_argument, std::move(msg)
 std::string dim(const char* tensor, int i) {
   return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + kDimNames[i] + ")";
 }
-
-// Byte range [lo, hi) a strided view touches; empty when any extent is 0.
-struct Extent {
-  std::uintptr_t lo = 0, hi = 0;
-};
-
-template <int N>
-Status check_layout(const char* name, const void* data, const std::int64_t (&shape)[N],
-                    const std::int64_t (&stride)[N], std::size_t elem, bool is_output, Extent* extent) {
-  std::int64_t count = 1;
-  for (int i = 0; i < N; ++i) {
-    if (shape[i] < 0) return bad(std::string(name) + ".shape[" + std::to_string(i) + "] must be >= 0, got " + std::to_string(shape[i]));
-    if (stride[i] < 0) return bad(std::string(name) + ".stride[" + std::to_string(i) + "] must be >= 0 (negative strides are not supported), got " + std::to_string(stride[i]));
-    count *= std::max<std::int64_t>(shape[i], 1);
-  }
-  // The largest element offset must fit comfortably in 63 bits of bytes.
-  __int128 last = 0;
-  bool any_empty = false;
-  for (int i = 0; i < N; ++i) {
-    if (shape[i] == 0) any_empty = true;
-    last += __int128(std::max<std::int64_t>(shape[i] - 1, 0)) * stride[i];
-  }
-  if (last * __int128(elem) > __int128(std::numeric_limits<std::int64_t>::max() / 2))
-    return bad(std::string(name) + ": strides and shape address more than 2^62 bytes");
-  if (any_empty) return {};
-  if (!data) return bad(std::string(name) + ".data is null");
-  if (reinterpret_cast<std::uintptr_t>(data) % elem)
-    return bad(std::string(name) + ".data must be aligned to its element size (" + std::to_string(elem) + " bytes)");
-  if (is_output) {
-    // Distinct elements must not share memory, or threads would race on them.
-    int order[N];
-    for (int i = 0; i < N; ++i) order[i] = i;
-    std::sort(order, order + N, [&](int a, int b) { return stride[a] < stride[b]; });
-    __int128 span = 1;  // elements covered by the dims so far
-    for (int k = 0; k < N; ++k) {
-      const int i = order[k];
-      if (shape[i] <= 1) continue;
-      if (__int128(stride[i]) < span)
-        return bad(std::string(name) + " overlaps itself: stride[" + std::to_string(i) + "] = " +
-                   std::to_string(stride[i]) + " is smaller than the extent of the faster dims (outputs need non-overlapping strides)");
-      span = __int128(stride[i]) * shape[i];
-    }
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  extent->lo = base;
-  extent->hi = base + std::uintptr_t(last + 1) * elem;
-  (void)count;
-  return {};
-}
-
-bool overlaps(const Extent& a, const Extent& b) { return a.lo < b.hi && b.lo < a.hi && a.hi > a.lo && b.hi > b.lo; }
 
 // Widest access (elements) every tensor's pointer, strides and head dims allow, up to 16 bytes.
 int pick_vec(const AttentionArgs& a, std::size_t elem) {
@@ -86,20 +38,6 @@ int pick_vec(const AttentionArgs& a, std::size_t elem) {
   return 1;
 }
 
-}  // namespace
-
-namespace {
-
-constexpr std::int64_t kMaxGridYZ = 65535;   // CUDA grid y/z limit: heads and batch
-constexpr std::int64_t kMaxSeq = 1ll << 30;  // keeps row indices and tile ends in int32
-
-// A float as the user gave it: %g keeps -1e-30 from printing as "-0.000000".
-std::string show(float x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", double(x));
-  return buf;
-}
-
 // Range [lo, hi) of a small fp32/int32 array the kernel reads.
 Status check_array(const char* name, const void* data, std::int64_t count, std::int64_t stride0, std::int64_t rows,
                    std::size_t elem, Extent* e) {
@@ -114,8 +52,8 @@ Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t 
     if (view->shape[0] != 1)
       return bad(dim(name, 0) + " must be 1 with varlen (sequences are packed along shape[1]), got " +
                  std::to_string(view->shape[0]));
-  if (vl.batch < 0 || vl.batch > kMaxGridYZ)
-    return bad("varlen.batch must be in [0, " + std::to_string(kMaxGridYZ) + "], got " + std::to_string(vl.batch));
+  if (vl.batch < 0 || vl.batch > kMaxBatch)
+    return bad("varlen.batch must be in [0, " + std::to_string(kMaxBatch) + "], got " + std::to_string(vl.batch));
   if (vl.max_seqlen_q < 0 || vl.max_seqlen_q > Sq_total)
     return bad("varlen.max_seqlen_q must be in [0, q.shape[1] = " + std::to_string(Sq_total) + "], got " +
                std::to_string(vl.max_seqlen_q));
@@ -164,9 +102,9 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
-  if (Hq > kMaxGridYZ) return bad(dim("q", 2) + " must be at most 65535");
-  if (B > kMaxGridYZ) return bad(dim("q", 0) + " must be at most 65535");
-  if (Sq > kMaxSeq || Sk > kMaxSeq) return bad("sequence lengths (q.shape[1], k.shape[1]) must be at most 2^30");
+  if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535");
+  if (B > kMaxBatch) return bad(dim("q", 0) + " must be at most 65535");
+  if (Sq > kMaxSeqLen || Sk > kMaxSeqLen) return bad("sequence lengths must be at most 2^30");
 
   const std::size_t elem = dtype_size(dt);
   Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks;
@@ -196,7 +134,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   float scale = 1.0f / std::sqrt(float(std::max<std::int64_t>(Dqk, 1)));
   if (a.softmax_scale) {
     scale = *a.softmax_scale;
-    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + show(scale));
+    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + printable(scale));
   }
   if (a.mask != Mask::none && a.mask != Mask::causal) return bad("mask must be none or causal");
   if (a.fp32_math != Fp32Math::exact && a.fp32_math != Fp32Math::tf32) return bad("fp32_math must be exact or tf32");
@@ -219,7 +157,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (a.softcap) {
     out.softcap = *a.softcap;
     if (!std::isfinite(out.softcap) || out.softcap <= 0.f)
-      return bad("softcap must be finite and > 0, got " + show(out.softcap));
+      return bad("softcap must be finite and > 0, got " + printable(out.softcap));
   }
   if (a.alibi) {
     if (a.alibi->batch_stride < 0)

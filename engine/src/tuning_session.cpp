@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/host_float.hpp"
+#include "base/printable.hpp"
 #include "problem.hpp"
 
 namespace flashjit {
@@ -193,7 +194,7 @@ Result<double> TuningSession::time(const Tiling& t) {
   }
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   const double median = ms[ms.size() / 2];
-  if (!(median > 0) || !std::isfinite(median)) return Error(Code::internal, "timing gave " + std::to_string(median) + " ms");
+  if (!(median > 0) || !std::isfinite(median)) return Error(Code::internal, "timing gave " + printable(median) + " ms");
   return median;
 }
 

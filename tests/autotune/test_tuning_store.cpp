@@ -409,3 +409,17 @@ TEST_CASE("tuning_store: processes putting different keys at once lose nothing")
   // No temp files left behind by the atomic writes.
   for (const auto& f : files_in(tmp / "root/tuning")) CHECK(f.find(".tmp-") == std::string::npos);
 }
+
+TEST_CASE("tuning_file: deep nesting is corrupt before any parse; echoed names are escaped") {
+  TuningFileHeader expect{"NVIDIA H100", "sm_90a", "12.4", "12040"};
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ParsedTuningFile p = parse_tuning_file(deep, expect, test_knobs);
+  CHECK(p.state == TuningFileState::corrupt);
+  CHECK(p.problem.find("nested deeper than") != std::string::npos);
+
+  nlohmann::json doc{{"format", kTuningFormat}, {"format_version", kTuningFormatVersion},
+                     {"device_name", "evil\x1b]0;x\x07"}, {"arch", "sm_90a"}, {"records", nlohmann::json::object()}};
+  p = parse_tuning_file(doc.dump(), expect, test_knobs);
+  CHECK(p.state == TuningFileState::corrupt);
+  CHECK(p.problem.find("'evil\\x1b]0;x\\x07'") != std::string::npos);
+}

@@ -1,5 +1,7 @@
 #include "cache/entry_key.hpp"
 
+#include "cache/cache_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include "cache_test_util.hpp"
@@ -56,4 +58,15 @@ TEST_CASE("entry_key: validation names the field and refuses anything path-like"
   CHECK(r.error().message().find("name '../evil'") != std::string::npos);
   CHECK(validate_entry_key(EntryKey{"../sm_80", "k", kHash}).error().message().find("arch") != std::string::npos);
   CHECK(validate_entry_key(EntryKey{"sm_80", "k", "xyz"}).error().message().find("content_hash") != std::string::npos);
+}
+
+TEST_CASE("entry_key: a refused key is echoed escaped, as bundles carry untrusted names") {
+  auto bad = validate_entry_key(EntryKey{"sm_80", "x\x1b]0;pwned\x07", kHash});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("'x\\x1b]0;pwned\\x07'") != std::string::npos);
+  CHECK(bad.error().to_string().find('\x1b') == std::string::npos);
+  auto arch = validate_arch("sm_\xff" + std::string(4096, '8'));
+  REQUIRE_FALSE(arch.ok());
+  CHECK(arch.error().to_string().find("sm_\\xff") != std::string::npos);
+  CHECK(arch.error().to_string().size() < 2048);
 }

@@ -214,3 +214,19 @@ TEST_CASE("C ABI precompile falls back to compiling in memory when an arch folde
   CHECK(flashjit::test_support::files_in(root + "/sm_80").empty());
   flashjit_engine_destroy(e);
 }
+
+TEST_CASE("C ABI errors echo the arch string escaped and cut (issue 6, defect 10)") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  flashjit_attention_args a = args();
+  CHECK(flashjit_precompile(e, &a, "sm_\x1b[2J\xff", nullptr, 0) == FLASHJIT_INVALID_ARGUMENT);
+  const std::string msg = flashjit_last_error();
+  CHECK_MESSAGE(msg.find("'sm_\\x1b[2J\\xff'") != std::string::npos, msg);
+  const std::string huge = "sm_" + std::string(1 << 20, '8');
+  CHECK(flashjit_precompile(e, &a, huge.c_str(), nullptr, 0) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(std::string(flashjit_last_error()).size() < 1024);
+  a.softmax_scale = -1e-30f;
+  CHECK(flashjit_precompile(e, &a, "sm_80", nullptr, 0) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(std::string(flashjit_last_error()).find("got -1e-30") != std::string::npos);
+  flashjit_engine_destroy(e);
+}

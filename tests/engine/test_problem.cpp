@@ -284,3 +284,43 @@ TEST_CASE("softcap, ALiBi and sinks: values and pointers are checked by name") {
   a.sinks = reinterpret_cast<const float*>(reinterpret_cast<std::uintptr_t>(f32(6)) + 2);
   CHECK(mentions(error_of(a), "sinks.data must be aligned"));
 }
+
+TEST_CASE("extents near 2^63 are refused without overflowing (issue 6, defect 4)") {
+  // f32, no heads in q and o; k and v with shape[2] = stride[2] = 2^63 - 1. UBSan saw the
+  // element count and the last offset overflow int64 here.
+  constexpr std::int64_t kHuge = std::numeric_limits<std::int64_t>::max();
+  AttentionArgs a = make(DType::f32, 1, 4, 4, 0, 1, 64, 64);
+  for (TensorView* t : {&a.k, &a.v}) t->shape[2] = t->stride[2] = kHuge;
+  auto r = validate_problem(a);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::invalid_argument);
+  CHECK(r.error().message().rfind("k:", 0) == 0);
+
+  // The largest shapes the rules allow, q broadcast (all strides 0): the element count alone
+  // exceeds int64, though q's own extent is one element.
+  a = make(DType::f16, 65535, 1 << 30, 4, 65535, 1, 256, 256);
+  for (int i = 0; i < 4; ++i) a.q.stride[i] = 0;
+  r = validate_problem(a);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().rfind("o:", 0) == 0);
+}
+
+TEST_CASE("a range that wraps past 2^64 is refused, not taken as disjoint (issue 6, defect 5)") {
+  AttentionArgs a = make(DType::f16, 1, 1, 1, 1, 1, 1, 1);
+  a.o.data = a.q.data = reinterpret_cast<const void*>(std::uintptr_t(0xFFFFFFFFFFFFFFFEull));
+  auto r = validate_problem(a);
+  REQUIRE_FALSE(r.ok());
+  CHECK(mentions(r.error().message(), "q: its 2 bytes from data = 0xfffffffffffffffe wrap past the end"));
+}
+
+TEST_CASE("negative shapes name the argument; scales print faithfully (issue 6, defect 10)") {
+  AttentionArgs a = make();
+  a.q.shape[1] = a.o.shape[1] = -5;
+  CHECK(mentions(error_of(a), "q.shape[1] (seq) must be >= 0, got -5"));
+  a = make();
+  a.k.shape[2] = a.v.shape[2] = -2;
+  CHECK(mentions(error_of(a), "k.shape[2] (heads) must be >= 0, got -2"));
+  a = make();
+  a.softmax_scale = -1e-30f;
+  CHECK(mentions(error_of(a), "got -1e-30"));
+}

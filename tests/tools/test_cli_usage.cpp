@@ -138,3 +138,23 @@ TEST_CASE("version names the library and NVRTC") {
   CHECK(contains(text.out, "flashjit "));
   CHECK(contains(text.out, "NVRTC "));
 }
+
+TEST_CASE("user text in errors is escaped and cut (issue 6, defect 10)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto esc = run_flashjit({"warmup", "--cache-dir", cache, "--arch", "sm_\x1b]0;pwned\x07\xff", "--head-dim", "64"});
+  CHECK(esc.code == 2);
+  CHECK_MESSAGE(contains(esc.err, "'sm_\\x1b]0;pwned\\x07\\xff'"), esc.err);
+  CHECK_FALSE(contains(esc.err, "\x1b"));
+  auto huge = run_flashjit({"warmup", "--cache-dir", cache, "--arch", "sm_" + std::string(1 << 20, '9'), "--head-dim", "64"});
+  CHECK(huge.code == 2);
+  CHECK(contains(huge.err, "... (1048579 bytes)"));
+  CHECK(huge.err.size() < 1024);
+  auto dtype = run_flashjit({"warmup", "--cache-dir", cache, "--arch", "sm_80", "--dtype", "\xc3\x28", "--head-dim", "64"});
+  CHECK(dtype.code == 2);
+  CHECK_MESSAGE(contains(dtype.err, "'\\xc3('"), dtype.err);
+  auto vec = run_flashjit({"warmup", "--cache-dir", cache, "--arch", "sm_80", "--head-dim", "64", "--vec", "0"});
+  CHECK(vec.code == 2);
+  CHECK(contains(vec.err, "--vec"));
+  CHECK(missing_or_empty(cache));
+}

@@ -125,8 +125,8 @@ TEST_CASE("JSON variant lists: fields, defaults and errors that point at the ent
   CHECK(contains(err(R"([{"head_dim": 64, "tiling": 5}])"), "v.json[0].tiling: must be a string"));
   CHECK(contains(err(R"([{"head_dim": 64, "lse": true, "write_lse": true}])"), "not both"));
   // Integers out of range are refused, never narrowed (4294967360 would become 64).
-  CHECK(contains(err(R"([{"head_dim": 4294967360}])"), "v.json[0].head_dim: must be in [1, 256]"));
-  CHECK(contains(err(R"([{"head_dim": 64, "vec": 4294967304}])"), "v.json[0].vec: is out of range"));
+  CHECK(contains(err(R"([{"head_dim": 4294967360}])"), "v.json[0].head_dim: must be an integer in [1, 256]"));
+  CHECK(contains(err(R"([{"head_dim": 64, "vec": 4294967304}])"), "v.json[0].vec: must be an integer in [1, 8]"));
   CHECK(contains(err(R"({"head_dim": 64})"), "list"));
 }
 
@@ -147,11 +147,17 @@ TEST_CASE("byte sizes: suffixes in, readable sizes out") {
   CHECK(parse_byte_size("1.5k", "--max-bytes").value() == 1536);
   CHECK(parse_byte_size("100B", "--max-bytes").value() == 100);
   CHECK(parse_byte_size("0", "--max-bytes").value() == 0);
+  // Found by fuzz_env_values: adding 0.5 before truncating rounded odd counts above 2^63 up.
+  CHECK(parse_byte_size("9999999999999999999", "--max-bytes").value() == 9999999999999999999ull);
+  CHECK(parse_byte_size("18446744073709551614", "--max-bytes").value() == 18446744073709551614ull);
   for (const char* bad : {"", "G", "12X", "1.5", "1..5G", "2GB2", "-1", "99999999999T"}) {
     auto r = parse_byte_size(bad, "--max-bytes");
     CHECK_MESSAGE(!r.ok(), bad);
     if (!r.ok()) CHECK(contains(r.error().message(), "--max-bytes"));
   }
+  auto raw = parse_byte_size("2\x1b[2JG", "FLASHJIT_CACHE_MAX_BYTES");
+  REQUIRE(!raw.ok());
+  CHECK(contains(raw.error().message(), "'2\\x1b[2JG'"));
   CHECK(format_bytes(812) == "812 B");
   CHECK(format_bytes(4096) == "4.00 KiB");
   CHECK(format_bytes(1536ull << 20) == "1.50 GiB");
@@ -194,4 +200,46 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   specs[0].tiling.clear();
   specs[0].family = "fa9";
   CHECK(contains(plan_warmup(specs, archs, false).error().message(), "unknown kernel family 'fa9'"));
+}
+
+TEST_CASE("JSON integers are range-checked before narrowing (issue 6, defect 6)") {
+  auto err = [](const char* text) {
+    auto r = variants_from_json(nlohmann::json::parse(text), "v.json");
+    return r.ok() ? std::string("OK: ") + r->front().semantics.name() : r.error().message();
+  };
+  // 4294967360 = 2^32 + 64 and 4294967304 = 2^32 + 8 used to become 64 and 8.
+  CHECK(err(R"([{"head_dim": 4294967360}])") == "v.json[0].head_dim: must be an integer in [1, 256], got 4294967360");
+  CHECK(err(R"([{"head_dim": 64, "head_dim_v": 4294967360}])") ==
+        "v.json[0].head_dim_v: must be an integer in [1, 256], got 4294967360");
+  CHECK(err(R"([{"head_dim": 64, "vec": 4294967304}])") == "v.json[0].vec: must be an integer in [1, 8], got 4294967304");
+  CHECK(err(R"([{"head_dim": -4294967232}])") == "v.json[0].head_dim: must be an integer in [1, 256], got -4294967232");
+  CHECK(err(R"([{"head_dim": 18446744073709551615}])") ==
+        "v.json[0].head_dim: must be an integer in [1, 256], got 18446744073709551615");
+  CHECK(err(R"([{"head_dim": 64.0}])") == "v.json[0].head_dim: must be an integer in [1, 256], got 64");
+  CHECK(err(R"([{"head_dim": 64, "vec": 0}])") == "v.json[0].vec: must be an integer in [1, 8], got 0");
+  CHECK(err(R"([{"head_dim": 64, "vec": 3}])") == "v.json[0]: vec must be 1, 2, 4 or 8, got 3");
+  CHECK(err(R"([{"head_dim": 64, "vec": 4}])") == "OK: f16-dqk64-dv64-vec4");
+}
+
+TEST_CASE("JSON files: nesting is bounded before parsing, names and strings are echoed safely") {
+  test::TempDir dir;
+  std::ofstream(dir / "deep.json") << std::string(200000, '[') << std::string(200000, ']');
+  auto deep = variants_from_file(dir / "deep.json");
+  REQUIRE_FALSE(deep.ok());
+  CHECK(contains(deep.error().message(), "--variants"));
+  CHECK(contains(deep.error().message(), "nested deeper than 64 levels"));
+  // Brackets inside strings are text, not nesting.
+  std::ofstream(dir / "brackets.json") << R"([{"head_dim": 64, "dtype": "f16"}, )" << "{\"head_dim\": 32, \"mask\": \"none\", "
+                                       << "\"tiling\": \"" << std::string(100, '[') << "\"}]";
+  auto brackets = variants_from_file(dir / "brackets.json");
+  REQUIRE_FALSE(brackets.ok());
+  CHECK(contains(brackets.error().message(), ".tiling"));
+
+  auto raw = variants_from_json(nlohmann::json::parse("[{\"head_dim\": 64, \"dtype\": \"f\\u001b[2J\"}]"), "v.json");
+  REQUIRE_FALSE(raw.ok());
+  CHECK(contains(raw.error().message(), "'f\\x1b[2J'"));
+  auto key = variants_from_json(nlohmann::json::parse("[{\"head_dim\": 64, \"\\u001b]0;x\\u0007\": 1}]"), "v.json");
+  REQUIRE_FALSE(key.ok());
+  CHECK(contains(key.error().message(), "unknown field '\\x1b]0;x\\x07'"));
+  CHECK(contains(variants_from_file(dir / "\xff.json").error().message(), "\\xff.json"));
 }

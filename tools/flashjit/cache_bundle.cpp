@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/printable.hpp"
 #include "byte_size.hpp"
 #include "cache/bundle.hpp"
 #include "cache_commands.hpp"
@@ -25,7 +26,7 @@ int export_cmd(Context& ctx, const BundleOptions& o) {
   auto disk = open_cache(o.cache_dir);
   if (!disk.ok()) return failure(ctx, "cache export", "", disk.error());
   auto report = cache::export_bundle(disk.value(), o.file, arch.value());
-  if (!report.ok()) return failure(ctx, "cache export", o.file, report.error());
+  if (!report.ok()) return failure(ctx, "cache export", printable(o.file), report.error());
   const auto& r = report.value();
   for (const auto& s : r.skipped) ctx.err << "skipped (failed verification) " << s.path << ": " << s.reason << "\n";
   if (o.json) {
@@ -54,8 +55,8 @@ int import_cmd(Context& ctx, const BundleOptions& o) {
     // An error while publishing comes after some entries were written; say how many.
     const auto imported = report.error().detail("imported");
     return failure(ctx, "cache import",
-                   imported ? o.file + ": stopped after importing " + *imported + " entries"
-                            : o.file + " rejected, nothing imported",
+                   imported ? printable(o.file) + ": stopped after importing " + *imported + " entries"
+                            : printable(o.file) + " rejected, nothing imported",
                    report.error());
   }
   const auto& r = report.value();

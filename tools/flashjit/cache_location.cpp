@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "base/printable.hpp"
 #include "cache/cache_dir.hpp"
 
 namespace flashjit::tools {
@@ -16,7 +17,7 @@ Result<std::string> resolve_root(const std::string& dir) {
   if (dir.empty()) return cache::resolve_cache_root();
   std::error_code ec;
   auto abs = std::filesystem::absolute(dir, ec);
-  if (ec) return Error(Code::io_error, "--cache-dir '" + dir + "': " + ec.message());
+  if (ec) return Error(Code::io_error, "--cache-dir '" + printable(dir) + "': " + ec.message());
   auto root = abs.lexically_normal();
   if (root.has_relative_path() && root.filename().empty()) root = root.parent_path();  // "dir/" -> "dir"
   return root.string();

@@ -1,8 +1,17 @@
 #include "cli.hpp"
 
+#include "base/printable.hpp"
 #include "context.hpp"
 
 namespace flashjit::tools {
+
+namespace {
+
+// CLI11's messages quote the argument they refuse: enough for any real one, while a megabyte
+// argument cannot flood the terminal.
+constexpr std::size_t kMaxCliErrorBytes = 1024;
+
+}  // namespace
 
 int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& err, bool err_is_tty) {
   Context ctx{out, err, err_is_tty, {}};
@@ -16,7 +25,7 @@ int run_cli(int argc, const char* const* argv, std::ostream& out, std::ostream& 
     while (!a->get_subcommands().empty()) a = a->get_subcommands().front();
     if (dynamic_cast<const CLI::RequiredError*>(&e) && !a->remaining().empty())
       message = "unknown subcommand '" + a->remaining().front() + "'";
-    return "flashjit: " + message + "\nRun with --help for more information.\n";
+    return "flashjit: " + printable(message, kMaxCliErrorBytes) + "\nRun with --help for more information.\n";
   });
   app.footer(
       "Environment: FLASHJIT_CACHE_DIR (cache root, absolute; else $XDG_CACHE_HOME/flashjit, else "

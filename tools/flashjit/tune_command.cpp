@@ -1,8 +1,8 @@
 // `flashjit tune`: the offline autotuner. Times every candidate tiling of each (variant, shape
 // bucket) on this machine's GPU and stores the winners in the cache, where every later process
 // on this device and arch finds them (EngineOptions::tune_mode offline or first-use).
+#include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +13,7 @@
 #include "progress_bar.hpp"
 #include "variant_flags_cli.hpp"
 #include "variant_spec.hpp"
+#include "workload.hpp"
 
 namespace flashjit::tools {
 namespace {
@@ -22,57 +23,18 @@ struct TuneOptions {
   std::vector<std::string> sets;
   std::string workload;
   std::vector<int> seqs{4096};
-  int seq_k = 0;
-  long long batch_heads = 64;
+  int seq_k = 0;  // 0: each --seq
+  std::int64_t batch_heads = kDefaultBatchXHeads;
   bool retune = false;
   bool json = false;
   int device = 0;
   std::string cache_dir;
 };
 
-struct Job {
-  Semantics semantics;
-  std::int64_t seqlen_q, seqlen_k, batch_x_heads;
-  std::string origin;
-};
-
-Result<std::vector<Job>> jobs_from_workload(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error(Code::io_error, "--workload: cannot read " + path);
-  nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (doc.is_discarded() || !doc.is_array())
-    return Error(Code::invalid_argument, "--workload: " + path + " must hold a JSON list of shape objects");
-  std::vector<Job> jobs;
-  for (std::size_t i = 0; i < doc.size(); ++i) {
-    nlohmann::json v = doc[i];
-    const std::string where = path + "[" + std::to_string(i) + "]";
-    if (!v.is_object()) return Error(Code::invalid_argument, where + " must be an object");
-    auto take = [&](const char* k, std::int64_t fallback) -> Result<std::int64_t> {
-      if (!v.contains(k)) return fallback;
-      if (!v[k].is_number_integer() || v[k].get<std::int64_t>() < 1)
-        return Error(Code::invalid_argument, where + "." + k + " must be a positive integer");
-      const std::int64_t x = v[k].get<std::int64_t>();
-      v.erase(k);
-      return x;
-    };
-    auto sq = take("seqlen_q", -1);
-    if (!sq.ok()) return std::move(sq).error();
-    if (sq.value() < 0) return Error(Code::invalid_argument, where + ".seqlen_q is required");
-    auto sk = take("seqlen_k", sq.value());
-    auto bh = take("batch_x_heads", 64);
-    if (!sk.ok()) return std::move(sk).error();
-    if (!bh.ok()) return std::move(bh).error();
-    auto specs = variants_from_json(nlohmann::json::array({v}), where);
-    if (!specs.ok()) return std::move(specs).error();
-    for (auto& s : specs.value()) jobs.push_back({s.semantics, sq.value(), sk.value(), bh.value(), where});
-  }
-  return jobs;
-}
-
 int run(Context& ctx, const TuneOptions& o) {
-  std::vector<Job> jobs;
+  std::vector<TuneJob> jobs;
   if (!o.workload.empty()) {
-    auto w = jobs_from_workload(o.workload);
+    auto w = workload_from_file(o.workload);
     if (!w.ok()) return usage_error(ctx, "tune", w.error().message());
     jobs = std::move(w).value();
   }
@@ -87,9 +49,7 @@ int run(Context& ctx, const TuneOptions& o) {
     if (!s.ok()) return usage_error(ctx, "tune", s.error().message());
     specs.insert(specs.end(), s->begin(), s->end());
   }
-  for (int s : o.seqs)
-    if (s < 1) return usage_error(ctx, "tune", "--seq: sequence lengths must be >= 1");
-  if (o.batch_heads < 1) return usage_error(ctx, "tune", "--batch-heads must be >= 1");
+  // The flags' ranges were checked as they were parsed (add_tune_command).
   for (const auto& spec : specs)
     for (int s : o.seqs) jobs.push_back({spec.semantics, s, o.seq_k > 0 ? o.seq_k : s, o.batch_heads, spec.origin});
   if (jobs.empty()) return usage_error(ctx, "tune", "nothing to tune: give --set, --head-dim (with --dtype/--mask) or --workload");
@@ -108,7 +68,7 @@ int run(Context& ctx, const TuneOptions& o) {
   ProgressBar bar(ctx.err, jobs.size(), style);
   nlohmann::json results = nlohmann::json::array();
   int failures = 0;
-  for (const Job& job : jobs) {
+  for (const TuneJob& job : jobs) {
     TuneRequest req;
     req.semantics = job.semantics;
     req.seqlen_q = job.seqlen_q, req.seqlen_k = job.seqlen_k, req.batch_x_heads = job.batch_x_heads;
@@ -156,14 +116,18 @@ void add_tune_command(CLI::App& app, Context& ctx) {
   CLI::App* sub = app.add_subcommand("tune", "Time every candidate tiling on this GPU and store the fastest per shape bucket");
   sub->add_option("--set", o->sets, "Named variant set (see `flashjit warmup --help`)")->delimiter(',');
   add_variant_flags(sub, o->flags);
-  sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")->delimiter(',');
-  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq");
-  sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)");
+  const int max_seq = int(kMaxSeqLen);
+  sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, max_seq));
+  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq")->check(CLI::Range(1, max_seq));
+  sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)")
+      ->check(CLI::Range(std::int64_t(1), kMaxBatchXHeads));
   sub->add_option("--workload", o->workload,
                   "JSON list of shapes: objects with the variant fields (dtype, head_dim, mask, gqa, lse, ...) "
                   "and seqlen_q, seqlen_k, batch_x_heads");
   sub->add_flag("--retune", o->retune, "Time again even where a current result is stored");
-  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)");
+  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)")->check(CLI::NonNegativeNumber);
   sub->add_option("--cache-dir", o->cache_dir, "Cache root (default: $FLASHJIT_CACHE_DIR, else XDG, else ~/.cache/flashjit)");
   sub->add_flag("--json", o->json, "Print every bucket's result and candidate timings as JSON on stdout");
   sub->footer(

@@ -1,11 +1,11 @@
 #include "variant_spec.hpp"
 
-#include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <utility>
 
+#include "base/printable.hpp"
 #include "base/variant_json.hpp"
 #include "flashjit/flashjit.hpp"
+#include "json_input.hpp"
 
 namespace flashjit::tools {
 namespace {
@@ -72,13 +72,13 @@ Result<DTypeChoice> parse_dtype(const std::string& text, const std::string& opti
   if (text == "bf16") return DTypeChoice{DType::bf16, Fp32Math::exact};
   if (text == "f32") return DTypeChoice{DType::f32, Fp32Math::exact};
   if (text == "tf32") return DTypeChoice{DType::f32, Fp32Math::tf32};
-  return bad(option, "must be f16, bf16, f32 or tf32, got '" + text + "'");
+  return bad(option, "must be f16, bf16, f32 or tf32, got '" + printable(text) + "'");
 }
 
 Result<Mask> parse_mask(const std::string& text, const std::string& option) {
   if (text == "none") return Mask::none;
   if (text == "causal") return Mask::causal;
-  return bad(option, "must be none or causal, got '" + text + "'");
+  return bad(option, "must be none or causal, got '" + printable(text) + "'");
 }
 
 int widest_vec(DType dtype, int head_dim_qk, int head_dim_v) {
@@ -119,7 +119,7 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
   } else {
     std::string names;
     for (const auto& s : variant_sets()) names += (names.empty() ? "" : ", ") + std::string(s.name);
-    return bad("--set", "must be one of " + names + ", got '" + name + "'");
+    return bad("--set", "must be one of " + names + ", got '" + printable(name) + "'");
   }
   std::vector<VariantSpec> out;
   for (const auto& dt : dtypes)
@@ -169,6 +169,65 @@ Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& f) {
   return out;
 }
 
+Result<VariantSpec> variant_from_json(const nlohmann::json& o, const std::string& where,
+                                      std::initializer_list<const char*> also_allowed) {
+  if (!o.is_object()) return bad(where, "must be an object such as {\"dtype\": \"f16\", \"head_dim\": 128}");
+  for (const auto& item : o.items()) {
+    bool known = false;
+    for (const char* k : kToolKeys) known |= item.key() == k;
+    for (const char* k : also_allowed) known |= item.key() == k;
+    Semantics{}.visit([&](const SemanticsField& f, const auto&) { known |= item.key() == f.name; });
+    if (!known) return bad(where, "unknown field '" + printable(item.key()) + "' (known: " + known_keys() + ")");
+  }
+  // The tool's own keys first; what is left is semantics fields, read by the generated parser.
+  nlohmann::json fields = nlohmann::json::object();
+  for (const auto& item : o.items()) {
+    bool extra = false;
+    for (const char* k : also_allowed) extra |= item.key() == k;
+    if (!extra) fields[item.key()] = item.value();
+  }
+  VariantSpec spec;
+  spec.origin = where;
+  for (const char* key : {"family", "tiling"}) {
+    if (!fields.contains(key)) continue;
+    if (!fields[key].is_string()) return bad(where + "." + key, "must be a string");
+    (std::string(key) == "family" ? spec.family : spec.tiling) = fields[key].get<std::string>();
+    fields.erase(key);
+  }
+  if (fields.contains("lse")) {
+    if (fields.contains("write_lse")) return bad(where, "give lse or write_lse, not both");
+    fields["write_lse"] = fields["lse"];
+    fields.erase("lse");
+  }
+  // Integers the tool defaults from others are range-checked here, before anything narrows them.
+  for (const char* key : {"head_dim", "head_dim_qk", "head_dim_v"})
+    if (fields.contains(key)) FJ_TRY(json_integer(fields[key], where + "." + key, 1, kMaxHeadDim));
+  if (fields.contains("vec")) FJ_TRY(json_integer(fields["vec"], where + ".vec", 1, kMaxVec));
+  if (fields.contains("head_dim")) {
+    if (fields.contains("head_dim_qk")) return bad(where, "give head_dim or head_dim_qk, not both");
+    fields["head_dim_qk"] = fields["head_dim"];
+    fields.erase("head_dim");
+  } else if (!fields.contains("head_dim_qk")) {
+    return bad(where, "needs a head_dim");
+  }
+  if (fields.contains("dtype") && fields["dtype"] == "tf32") {
+    if (fields.contains("fp32_math")) return bad(where, "dtype tf32 already sets fp32_math");
+    fields["dtype"] = "f32";
+    fields["fp32_math"] = "tf32";
+  }
+  // Defaults that depend on other fields: head_dim_v follows head_dim_qk, vec the widest.
+  if (!fields.contains("head_dim_v")) fields["head_dim_v"] = fields["head_dim_qk"];
+  const bool vec_given = fields.contains("vec");
+  if (!vec_given) fields["vec"] = 1;  // placeholder that always checks; replaced below
+  auto sem = semantics_from_json(fields, where);
+  if (!sem.ok()) return std::move(sem).error();
+  FJ_TRY(check_tiling_text(spec.tiling, spec.family, where + ".tiling"));
+  spec.semantics = sem.value();
+  if (!vec_given) spec.semantics.vec = widest_vec(spec.semantics.dtype, spec.semantics.head_dim_qk, spec.semantics.head_dim_v);
+  if (auto st = spec.semantics.check(); !st.ok()) return bad(where, st.error().message());
+  return spec;
+}
+
 Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source) {
   const nlohmann::json* list = &doc;
   if (doc.is_object() && doc.contains("variants")) list = &doc["variants"];
@@ -176,69 +235,17 @@ Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, c
     return bad(source, "must hold a JSON list of variant objects (or {\"variants\": [...]})");
   std::vector<VariantSpec> out;
   for (std::size_t i = 0; i < list->size(); ++i) {
-    const auto& o = (*list)[i];
-    const std::string where = source + "[" + std::to_string(i) + "]";
-    if (!o.is_object()) return bad(where, "must be an object such as {\"dtype\": \"f16\", \"head_dim\": 128}");
-    for (const auto& item : o.items()) {
-      bool known = false;
-      for (const char* k : kToolKeys) known |= item.key() == k;
-      Semantics{}.visit([&](const SemanticsField& f, const auto&) { known |= item.key() == f.name; });
-      if (!known) return bad(where, "unknown field '" + item.key().substr(0, 64) + "' (known: " + known_keys() + ")");
-    }
-    // The tool's own keys first; what is left is semantics fields, read by the generated parser.
-    nlohmann::json fields = o;
-    VariantSpec spec;
-    spec.origin = where;
-    for (const char* key : {"family", "tiling"}) {
-      if (!fields.contains(key)) continue;
-      if (!fields[key].is_string()) return bad(where + "." + key, "must be a string");
-      (std::string(key) == "family" ? spec.family : spec.tiling) = fields[key].get<std::string>();
-      fields.erase(key);
-    }
-    if (fields.contains("lse")) {
-      if (fields.contains("write_lse")) return bad(where, "give lse or write_lse, not both");
-      fields["write_lse"] = fields["lse"];
-      fields.erase("lse");
-    }
-    if (fields.contains("head_dim")) {
-      if (fields.contains("head_dim_qk")) return bad(where, "give head_dim or head_dim_qk, not both");
-      const auto& d = fields["head_dim"];
-      if (!d.is_number_integer()) return bad(where + ".head_dim", "must be an integer");
-      FJ_TRY(check_head_dim(d.is_number_unsigned() && d.get<std::uint64_t>() > (1u << 30) ? -1 : d.get<std::int64_t>(),
-                            where + ".head_dim"));
-      fields["head_dim_qk"] = d;
-      fields.erase("head_dim");
-    } else if (!fields.contains("head_dim_qk")) {
-      return bad(where, "needs a head_dim");
-    }
-    if (fields.contains("dtype") && fields["dtype"] == "tf32") {
-      if (fields.contains("fp32_math")) return bad(where, "dtype tf32 already sets fp32_math");
-      fields["dtype"] = "f32";
-      fields["fp32_math"] = "tf32";
-    }
-    // Defaults that depend on other fields: head_dim_v follows head_dim_qk, vec the widest.
-    if (!fields.contains("head_dim_v")) fields["head_dim_v"] = fields["head_dim_qk"];
-    const bool vec_given = fields.contains("vec");
-    if (!vec_given) fields["vec"] = 1;  // placeholder that always checks; replaced below
-    auto sem = semantics_from_json(fields, where);
-    if (!sem.ok()) return std::move(sem).error();
-    FJ_TRY(check_tiling_text(spec.tiling, spec.family, where + ".tiling"));
-    spec.semantics = sem.value();
-    if (!vec_given) spec.semantics.vec = widest_vec(spec.semantics.dtype, spec.semantics.head_dim_qk, spec.semantics.head_dim_v);
-    if (auto st = spec.semantics.check(); !st.ok()) return bad(where, st.error().message());
-    out.push_back(std::move(spec));
+    auto spec = variant_from_json((*list)[i], source + "[" + std::to_string(i) + "]");
+    if (!spec.ok()) return std::move(spec).error();
+    out.push_back(std::move(spec).value());
   }
   return out;
 }
 
 Result<std::vector<VariantSpec>> variants_from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error(Code::io_error, "--variants: cannot open '" + path + "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad("--variants", "'" + path + "' is not valid JSON");
-  return variants_from_json(doc, path);
+  auto doc = read_json_file(path, "--variants");
+  if (!doc.ok()) return std::move(doc).error();
+  return variants_from_json(doc.value(), printable(path));
 }
 
 }  // namespace flashjit::tools

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -65,11 +66,21 @@ struct VariantFlags {
 };
 Result<std::vector<VariantSpec>> variants_from_flags(const VariantFlags& flags);
 
-// A JSON list of objects (or {"variants": [...]}). Keys: every semantics field by name
-// (dtype, head_dim_qk, head_dim_v, mask, gqa, write_lse, varlen, window, softcap, alibi, sinks,
-// vec, fp32_math), plus "head_dim" (both dims), "lse" (write_lse), dtype "tf32", "family" and
-// "tiling". head_dim_v defaults to head_dim_qk, vec to widest_vec. Unknown keys are refused.
+// Widest access a variant may ask for, in elements: 16 bytes of a 2-byte dtype (Semantics::check
+// then applies each dtype's own limit).
+inline constexpr int kMaxVec = 8;
+
+// One variant object. Keys: every semantics field by name (dtype, head_dim_qk, head_dim_v, mask,
+// gqa, write_lse, varlen, window, softcap, alibi, sinks, kv_lens, paged, vec, fp32_math), plus
+// "head_dim" (both dims), "lse" (write_lse), dtype "tf32", "family" and "tiling". head_dim_v
+// defaults to head_dim_qk, vec to widest_vec. Unknown keys are refused (they are typos) unless
+// named in `also_allowed` (a workload's shape fields); integers are range-checked before
+// narrowing. `where` names it in errors.
+Result<VariantSpec> variant_from_json(const nlohmann::json& object, const std::string& where,
+                                      std::initializer_list<const char*> also_allowed = {});
+// A JSON list of variant objects, or {"variants": [...]}.
 Result<std::vector<VariantSpec>> variants_from_json(const nlohmann::json& doc, const std::string& source);
+// warmup --variants: the file is read and its nesting bounded before parsing (json_input.hpp).
 Result<std::vector<VariantSpec>> variants_from_file(const std::string& path);
 
 }  // namespace flashjit::tools

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/printable.hpp"
 #include "byte_size.hpp"
 #include "cache_location.hpp"
 #include "context.hpp"
@@ -59,7 +60,7 @@ Result<std::vector<Arch>> parse_archs(const std::vector<std::string>& texts) {
     auto a = Arch::parse(t);
     if (!a.ok()) return Error(Code::invalid_argument, "--arch: " + a.error().message());
     if (auto f = choose_family(a.value(), Semantics{}, nullptr); !f.ok())
-      return Error(Code::invalid_argument, "--arch: " + t + " is not supported: " + f.error().message());
+      return Error(Code::invalid_argument, "--arch: " + printable(t) + " is not supported: " + f.error().message());
     bool dup = false;
     for (const auto& b : archs) dup |= b == a.value();
     if (!dup) archs.push_back(a.value());
@@ -256,7 +257,8 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
                 "Also compile every candidate tiling the autotuner may pick, so a tuned choice is always warm");
   sub->add_option("--threads", o->threads,
                   "Parallel compiles (default: the hardware's " + std::to_string(o->threads) + " threads)")
-      ->type_name("N");
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
   add_cache_dir_option(sub, o->cache_dir);
   sub->add_flag("--json", o->json, "Print a machine-readable summary on stdout (one object per kernel)");
   sub->add_flag("--dry-run", o->dry_run, "List the kernels that would be compiled; compile and write nothing");

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of every fuzz target under tests/fuzz/corpus/ (committed; rerun after
+changing a seed here). Each seed is a small, named case: a valid input, a rule's edge, or an
+issue's reproducer. libFuzzer adds what it finds to a scratch folder, never to these."""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = os.path.join(HERE, "corpus")
+I64_MAX = 2**63 - 1
+
+
+def write(target, name, data):
+    folder = os.path.join(CORPUS, target)
+    os.makedirs(folder, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+# --- fuzz_c_abi: flashjit_attention_args bytes, optional flashjit_lse, then the arch ----------
+F16, BF16, F32 = 0, 1, 2
+
+
+def tensor(addr, dtype, shape, stride=None, reserved=0):
+    if stride is None:  # contiguous [B, S, H, D]
+        b, s, h, d = shape
+        stride = (s * h * d, h * d, d, 1)
+    return struct.pack("<Qii4q4q", addr, dtype, reserved, *shape, *stride)
+
+
+def args(q, k, v, o, lse=False, mask=0, fp32_math=0, scale=0.0, reserved=0):
+    return q + k + v + o + struct.pack("<Qiifi", 1 if lse else 0, mask, fp32_math, scale, reserved)
+
+
+def lse_view(addr, shape, stride=None):
+    if stride is None:
+        b, h, s = shape
+        stride = (h * s, s, 1)
+    return struct.pack("<Q3q3q", addr, *shape, *stride)
+
+
+A = [0x7F0000000000 + (i << 32) for i in range(8)]  # well-separated, aligned fake device addresses
+
+
+def mha(dtype=F16, B=2, Sq=100, Sk=120, Hq=8, Hkv=2, D=64, Dv=64, **kw):
+    return args(tensor(A[1], dtype, (B, Sq, Hq, D)), tensor(A[2], dtype, (B, Sk, Hkv, D)),
+                tensor(A[3], dtype, (B, Sk, Hkv, Dv)), tensor(A[4], dtype, (B, Sq, Hq, Dv)), **kw)
+
+
+c = "fuzz_c_abi"
+write(c, "valid_gqa_causal_f16", mha(mask=1))
+write(c, "valid_sm90a_bf16", mha(dtype=BF16, Hkv=8) + b"sm_90a")
+write(c, "valid_f32_tf32_lse", mha(dtype=F32, fp32_math=1, lse=True) + lse_view(A[5], (2, 8, 100)))
+write(c, "lse_overlaps_o", mha(lse=True) + lse_view(A[4], (2, 8, 100)))
+write(c, "empty_batch_null_data", args(*(tensor(0, F16, (0, 16, 4, 64)) for _ in range(4))))
+write(c, "arch_unsupported_sm70", mha() + b"sm_70")
+write(c, "arch_escape_bytes", mha() + b"sm_\x1b]0;pwned\x07\xff")
+write(c, "arch_4k_long", mha() + b"sm_" + b"9" * 4096)
+write(c, "negative_seq_q", mha(Sq=-5))
+write(c, "negative_stride", args(tensor(A[1], F16, (1, 8, 1, 64), (512, 64, 64, -1)),
+                                 tensor(A[2], F16, (1, 8, 1, 64)), tensor(A[3], F16, (1, 8, 1, 64)),
+                                 tensor(A[4], F16, (1, 8, 1, 64))))
+write(c, "scale_tiny_negative", mha(scale=-1e-30))
+write(c, "scale_nan", mha(scale=float("nan")))
+write(c, "bad_dtype_mask_reserved", args(tensor(A[1], 9, (1, 8, 1, 64)), tensor(A[2], F16, (1, 8, 1, 64)),
+                                         tensor(A[3], F16, (1, 8, 1, 64)), tensor(A[4], F16, (1, 8, 1, 64)),
+                                         mask=7, reserved=1))
+write(c, "o_overlaps_itself", args(tensor(A[1], F16, (1, 8, 2, 64)), tensor(A[2], F16, (1, 8, 2, 64)),
+                                   tensor(A[3], F16, (1, 8, 2, 64)), tensor(A[4], F16, (1, 8, 2, 64), (1024, 64, 1, 1))))
+# Packed [S, 3 * d_model] projection output: q, k and v interleaved in one buffer.
+S, H, D = 256, 8, 64
+dm = H * D
+packed = [tensor(A[6] + t * dm * 2, BF16, (1, S, H, D), (S * 3 * dm, 3 * dm, D, 1)) for t in range(3)]
+write(c, "packed_qkv_bf16", args(*packed, tensor(A[7], BF16, (1, S, H, D))))
+# Issue 6, defect 4: f32, no heads in q and o, k and v with shape[2] = stride[2] = 2^63 - 1.
+write(c, "issue6_defect4_extent_near_2p63",
+      args(tensor(A[1], F32, (1, 4, 0, 64)), tensor(A[2], F32, (1, 4, I64_MAX, 64), (0, 0, I64_MAX, 1)),
+           tensor(A[3], F32, (1, 4, I64_MAX, 64), (0, 0, I64_MAX, 1)), tensor(A[4], F32, (1, 4, 0, 64))))
+# Issue 6, defect 5: o.data == q.data == 0xFFFFFFFFFFFFFFFE, a range that wraps past 2^64.
+top = 0xFFFFFFFFFFFFFFFE
+write(c, "issue6_defect5_range_wraps",
+      args(tensor(top, F16, (1, 1, 1, 1)), tensor(A[2], F16, (1, 1, 1, 1)), tensor(A[3], F16, (1, 1, 1, 1)),
+           tensor(top, F16, (1, 1, 1, 1))))
+
+# --- fuzz_bundle_import: flags byte (1: repair checksums) + bundle bytes ----------------------
+REPAIR = b"\x01"
+AS_GIVEN = b"\x00"
+HASH_A = "0123456789abcdef0123456789abcdef"
+HASH_B = "fedcba9876543210fedcba9876543210"
+
+
+def field(s):
+    s = s.encode("utf-8", "surrogateescape") if isinstance(s, str) else s
+    return struct.pack("<H", len(s)) + s
+
+
+def record(arch, name, content_hash, payload, size=None):
+    size = len(payload) if size is None else size
+    return b"\x01" + field(arch) + field(name) + field(content_hash) + struct.pack("<QQ", size, 0) + payload
+
+
+def bundle(*records, count=None, version=1, trailing=b""):
+    count = len(records) if count is None else count
+    return b"FJKBUNDL" + struct.pack("<I", version) + b"".join(records) + b"\x00" + struct.pack("<QQ", count, 0) + trailing
+
+
+ra = record("sm_80", "fa2_sm80-f16-d64-none-v8-m128n64w4s2", HASH_A, b"cubin bytes of a")
+rb = record("sm_90a", "fa2_sm80-bf16-d128-causal-v8-m128n64w4s2", HASH_B, b"cubin bytes of b" * 4)
+b = "fuzz_bundle_import"
+write(b, "valid_two_entries", REPAIR + bundle(ra, rb))
+write(b, "valid_empty", REPAIR + bundle())
+write(b, "checksums_wrong", AS_GIVEN + bundle(ra, rb))
+write(b, "not_a_bundle", AS_GIVEN + b'{"this": "is json, not a bundle"}\n')
+write(b, "newer_version", REPAIR + bundle(ra, version=2))
+write(b, "truncated_in_record", REPAIR + bundle(ra, rb)[:60])
+write(b, "unknown_tag", REPAIR + b"FJKBUNDL" + struct.pack("<I", 1) + b"\x07" + b"\x00" * 16)
+write(b, "field_too_long", REPAIR + bundle(record("sm_80", "n" * 2000, HASH_A, b"x")))
+write(b, "payload_size_2p63", REPAIR + bundle(record("sm_80", "big", HASH_A, b"x", size=2**63)))
+write(b, "count_mismatch", REPAIR + bundle(ra, count=5))
+write(b, "trailing_bytes", REPAIR + bundle(ra, trailing=b"junk"))
+write(b, "duplicate_key", REPAIR + bundle(ra, ra))
+write(b, "name_escape_bytes", REPAIR + bundle(record("sm_80", "x\x1b]0;pwned\x07", HASH_A, b"x")))
+write(b, "name_path_traversal", REPAIR + bundle(record("sm_80", "../../.bashrc", HASH_A, b"x")))
+write(b, "arch_invalid_utf8", REPAIR + bundle(record(b"sm_\xff\xfe", "k", HASH_A, b"x")))
+write(b, "hash_uppercase", REPAIR + bundle(record("sm_80", "k", HASH_A.upper(), b"x")))
+# Two keys sharing the name and the first 16 hex digits of the hash: one file name (issue 6, defect 9).
+write(b, "same_file_two_keys", REPAIR + bundle(record("sm_80", "k", HASH_A, b"first"),
+                                              record("sm_80", "k", HASH_A[:16] + HASH_B[16:], b"second")))
+
+# --- fuzz_variant_json and fuzz_workload_json: JSON text --------------------------------------
+v = "fuzz_variant_json"
+write(v, "basic", '[{"dtype": "bf16", "head_dim": 128, "mask": "causal", "lse": true},\n'
+                  ' {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4}]\n')
+write(v, "wrapped", '{"variants": [{"head_dim": 64, "dtype": "tf32"}]}')
+write(v, "issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360}]')
+write(v, "issue6_defect6_vec_2p32_plus_8", '[{"head_dim": 64, "vec": 4294967304}]')
+write(v, "head_dim_u64_max", '[{"head_dim": 18446744073709551615}]')
+write(v, "head_dim_float", '[{"head_dim": 64.0}]')
+write(v, "head_dim_string", '[{"head_dim": "64"}]')
+write(v, "vec_not_dividing", '[{"head_dim": 36, "vec": 8}]')
+write(v, "tiling_overflow", '[{"head_dim": 64, "tiling": "m99999999999n64w4s2"}]')
+write(v, "unknown_field_escape", '[{"head_dim": 64, "\\u001b]0;x\\u0007": 1}]')
+write(v, "dtype_escape", '[{"head_dim": 64, "dtype": "f\\u001b[2J\\u202e"}]')
+write(v, "invalid_utf8", b'[{"head_dim": 64, "dtype": "\xff\xfe"}]')
+write(v, "issue6_defect3_nested_1000", "[" * 1000 + "]" * 1000)
+write(v, "nested_64_ok", "[" * 63 + '{"head_dim": 64}' + "]" * 63)
+write(v, "brackets_in_strings", '[{"head_dim": 64, "tiling": "' + "[{" * 100 + '\\""}]')
+
+w = "fuzz_workload_json"
+with open(os.path.join(HERE, "..", "..", "bench", "workloads", "prefill_grid_f16.json"), "rb") as f:
+    write(w, "prefill_grid_f16", f.read())
+write(w, "gqa_lse_defaults", '[{"dtype": "bf16", "head_dim": 128, "gqa": true, "lse": true, "seqlen_q": 512}]')
+write(w, "seqlen_q_missing", '[{"head_dim": 64}]')
+write(w, "seqlen_q_u64_max", '[{"head_dim": 64, "seqlen_q": 18446744073709551615}]')
+write(w, "seqlen_k_2p63", '[{"head_dim": 64, "seqlen_q": 1024, "seqlen_k": 9223372036854775808}]')
+write(w, "seqlen_q_float", '[{"head_dim": 64, "seqlen_q": 1e3}]')
+write(w, "batch_x_heads_negative", '[{"head_dim": 64, "seqlen_q": 1024, "batch_x_heads": -1}]')
+write(w, "issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360, "seqlen_q": 1024}]')
+# Issue 6, defect 3: the reproducer itself, nested 200,000 deep (400 KB; git stores it in ~1 KB).
+write(w, "issue6_defect3_nested_200000", "[" * 200000 + "]" * 200000)
+write(w, "nested_objects", "[" + '{"a":' * 1000 + "1" + "}" * 1000 + "]")
+
+# --- fuzz_env_values: parser byte + value ------------------------------------------------------
+BYTE_SIZE, TUNE_MODE, ARCH, TILING, DTYPE_MASK, PRINTABLE = (bytes([i]) for i in range(6))
+e = "fuzz_env_values"
+for name, value in [("byte_size_512M", b"512M"), ("byte_size_fraction", b"1.5GiB"), ("byte_size_plain", b"1048576"),
+                    ("byte_size_2p64_minus_1", b"18446744073709551615"),
+                    # Found by this target: an odd count above 2^63 came back one larger.
+                    ("byte_size_odd_above_2p63", b"9999999999999999999"), ("byte_size_over_2p64", b"99999999999T"),
+                    ("byte_size_near_2p64", b"16777215.9999999999T"), ("byte_size_escape", b"2\x1b[2JG")]:
+    write(e, name, BYTE_SIZE + value)
+for name, value in [("tune_mode_first_use", b"First-Use"), ("tune_mode_typo", b"offlien\xff")]:
+    write(e, name, TUNE_MODE + value)
+for name, value in [("arch_sm90a", b"sm_90a"), ("arch_four_digits", b"sm_1000f"), ("arch_five_digits", b"sm_12345"),
+                    ("arch_escape", b"sm_\x1b[2J")]:
+    write(e, name, ARCH + value)
+for name, value in [("tiling_ok", b"m128n64w4s2"), ("tiling_overflow", b"m99999999999n64w4s2"),
+                    ("tiling_sign", b"m-64n64w4s2"), ("tiling_leading_zero", b"m064n64w4s2")]:
+    write(e, name, TILING + value)
+write(e, "dtype_bf16", DTYPE_MASK + b"bf16")
+write(e, "printable_escapes_and_utf8", PRINTABLE + b"\x10caf\xc3\xa9 \x1b[31m\xe2\x80\xae\xf0\x9f\x98\x80\xc0\xaf\\")

@@ -1,0 +1,73 @@
+// The environment as the real `flashjit` binary sees it: each case runs the built tool in a
+// fresh process (the libraries it names are opened once per process), with one variable set.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cli_test_util.hpp"
+
+using namespace flashjit::tools::test;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the flashjit binary with `name=value` added to the environment.
+Run run_tool(const std::string& name, const std::string& value, std::vector<std::string> args) {
+  args.insert(args.begin(), FLASHJIT_CLI_PATH);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  Run r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, std::size_t(n));
+  ::close(fds[0]);
+  r.code = flashjit::test_support::wait_child(pid);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("FLASHJIT_NVRTC_PATH naming a missing or unloadable file is an error, not ignored (issue 6, defect 10)") {
+  TempDir dir;
+  auto missing = run_tool("FLASHJIT_NVRTC_PATH", dir / "no-such-libnvrtc.so", {"version", "--json"});
+  CHECK_MESSAGE(contains(missing.output, "FLASHJIT_NVRTC_PATH"), missing.output);
+  CHECK(contains(missing.output, dir / "no-such-libnvrtc.so"));
+  flashjit::test_support::write_file(dir / "not-a-library.so", "plain text");
+  auto junk = run_tool("FLASHJIT_NVRTC_PATH", dir / "not-a-library.so",
+                       {"warmup", "--arch", "sm_80", "--head-dim", "64", "--cache-dir", dir / "cache"});
+  CHECK(junk.code == 1);
+  CHECK_MESSAGE(contains(junk.output, "FLASHJIT_NVRTC_PATH"), junk.output);
+  CHECK(contains(junk.output, dir / "not-a-library.so"));
+  auto raw = run_tool("FLASHJIT_NVRTC_PATH", "/nonexistent/\x1b[2J.so", {"version"});
+  CHECK_MESSAGE(contains(raw.output, "/nonexistent/\\x1b[2J.so"), raw.output);
+  CHECK_FALSE(contains(raw.output, "\x1b"));
+}
+
+TEST_CASE("FLASHJIT_LIBCUDA_PATH naming a missing file says so (issue 6, defect 10)") {
+  TempDir dir;
+  auto r = run_tool("FLASHJIT_LIBCUDA_PATH", dir / "no-such-libcuda.so", {"tune", "--head-dim", "64"});
+  CHECK(r.code == 1);
+  CHECK_MESSAGE(contains(r.output, "FLASHJIT_LIBCUDA_PATH"), r.output);
+  CHECK(contains(r.output, dir / "no-such-libcuda.so"));
+}
