@@ -10,6 +10,8 @@ namespace flashjit {
 inline constexpr std::int64_t kMaxSeqLen = std::int64_t(1) << 30;  // keeps row indices and tile ends in int32
 inline constexpr std::int64_t kMaxBatch = 65535;                   // CUDA's grid y/z limit: batch and heads
 inline constexpr std::int64_t kMaxHeads = 65535;
+inline constexpr std::int64_t kMaxPageSize = 256;                 // keys per page of a paged cache
+inline constexpr std::int64_t kMaxPages = (std::int64_t(1) << 31) - 1;  // page indices are int32 in kernels
 
 struct ProblemShape {
   std::int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0;

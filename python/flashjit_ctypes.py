@@ -6,7 +6,7 @@
     fj.forward(lib, q, k, v, o, causal=True)   # q, k, v, o: [B, S, H, D] views (any strides)
 
     # A ragged batch packed along the sequence axis ([1, total, H, D]), sliding window, softcap,
-    # ALiBi, sinks: the options of flashjit_attention_args_v2.
+    # ALiBi, sinks, per-sequence cache lengths, paged caches: flashjit_attention_args_v2.
     fj.forward(lib, q, k, v, o, causal=True, varlen=(cu_q, cu_k, max_q, max_k), window=(1024, 0))
 
 Calls go through flashjit_forward_v2 (ABI version 2). Against an older library (ABI 1) the v1
@@ -45,13 +45,18 @@ class Alibi(ctypes.Structure):
     _fields_ = [("slopes", ctypes.c_void_p), ("batch_stride", ctypes.c_int64)]
 
 
+class PagedKv(ctypes.Structure):
+    _fields_ = [("block_table", ctypes.c_void_p), ("table_stride", ctypes.c_int64), ("max_pages", ctypes.c_int64)]
+
+
 class ArgsV2(ctypes.Structure):
     """flashjit_attention_args_v2: starts with its own size, so the library can grow it."""
     _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32),
                 ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", ctypes.POINTER(Lse)),
                 ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
                 ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
-                ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p)]
+                ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
+                ("paged", ctypes.POINTER(PagedKv))]
 
 
 ABI_VERSION = 2
@@ -123,7 +128,7 @@ def make_args(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False):
 
 
 def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varlen=None, window=None,
-                 softcap=0.0, alibi_slopes=None, sinks=None):
+                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None):
     """Version 2 arguments.
 
     varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
@@ -132,6 +137,9 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
     softcap:      > 0: scores become softcap * tanh(score / softcap)
     alibi_slopes: float32 device tensor [Hq] or [B, Hq]
     sinks:        float32 device tensor [Hq] of logits joining each row's softmax denominator
+    kv_lens:      int32 device tensor [B]: keys each sequence uses of its cache (cache_seqlens)
+    block_table:  int32 device tensor [B, max_pages]: k and v are then page pools
+                  [num_pages, page_size, Hkv, D] (needs kv_lens)
     """
     a = ArgsV2()
     a.struct_size = ctypes.sizeof(ArgsV2)
@@ -157,6 +165,11 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
         a.alibi = ctypes.pointer(keep[-1])
     if sinks is not None:
         a.sinks = sinks.data_ptr()
+    if kv_lens is not None:
+        a.kv_lens = kv_lens.data_ptr()
+    if block_table is not None:
+        keep.append(PagedKv(block_table.data_ptr(), block_table.stride(0), block_table.shape[1]))
+        a.paged = ctypes.pointer(keep[-1])
     a._keep = keep  # the structs the pointers above point at live as long as the args
     return a
 
@@ -173,7 +186,7 @@ def forward_args(lib, args, stream=0):
 
 def forward(lib, q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, stream=None, **v2_options):
     """One attention call on the current PyTorch stream. v2_options: varlen, window, softcap,
-    alibi_slopes, sinks (see make_args_v2)."""
+    alibi_slopes, sinks, kv_lens, block_table (see make_args_v2)."""
     import torch
     s = stream if stream is not None else torch.cuda.current_stream().cuda_stream
     if getattr(lib, "abi", 1) >= 2:

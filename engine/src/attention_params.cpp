@@ -30,6 +30,14 @@ void fill_attention_params(const AttentionProblem& pr, FjAttentionParams& p) {
     p.alibi_batch_stride = a.alibi->batch_stride;
   }
   p.sinks = a.sinks;
+  p.kv_lens = a.kv_lens;
+  if (a.paged) {
+    p.block_table = a.paged->block_table;
+    p.table_stride = a.paged->table_stride;
+    p.max_pages = int(a.paged->max_pages);
+    p.page_size = int(a.k.shape[1]);
+    p.num_pages = int(a.k.shape[0]);
+  }
   const ProblemShape& s = pr.shape;
   p.batch = int(s.batch);
   p.seqlen_q = int(s.seqlen_q);

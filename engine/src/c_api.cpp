@@ -85,8 +85,8 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args*
   return out;
 }
 
-// The first published v2 struct ends at `sinks`: a caller's struct_size is at least that.
-constexpr std::size_t kArgsV2MinSize = offsetof(flashjit_attention_args_v2, sinks) + sizeof(const float*);
+// The first published v2 struct ends at `paged`: a caller's struct_size is at least that.
+constexpr std::size_t kArgsV2MinSize = offsetof(flashjit_attention_args_v2, paged) + sizeof(const void*);
 
 // Reads a caller's v2 struct of any size: fields this library does not know must be zero
 // (a newer caller asking for something this library cannot do is refused, not ignored).
@@ -129,6 +129,8 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
   if (a.window) out.window = Window{a.window->left, a.window->right};
   if (a.alibi) out.alibi = Alibi{a.alibi->slopes, a.alibi->batch_stride};
   out.sinks = a.sinks;
+  out.kv_lens = a.kv_lens;
+  if (a.paged) out.paged = PagedKv{a.paged->block_table, a.paged->table_stride, a.paged->max_pages};
   return out;
 }
 

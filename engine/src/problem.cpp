@@ -49,7 +49,7 @@ Status check_array(const char* name, const void* data, std::int64_t count, std::
 Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t Sk_total, Extent* cu_q, Extent* cu_k) {
   const Varlen& vl = *a.varlen;
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}})
-    if (view->shape[0] != 1)
+    if (view->shape[0] != 1 && !(a.paged && (view == &a.k || view == &a.v)))
       return bad(dim(name, 0) + " must be 1 with varlen (sequences are packed along shape[1]), got " +
                  std::to_string(view->shape[0]));
   if (vl.batch < 0 || vl.batch > kMaxBatch)
@@ -58,11 +58,33 @@ Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t 
     return bad("varlen.max_seqlen_q must be in [0, q.shape[1] = " + std::to_string(Sq_total) + "], got " +
                std::to_string(vl.max_seqlen_q));
   if (vl.max_seqlen_k < 0 || vl.max_seqlen_k > Sk_total)
-    return bad("varlen.max_seqlen_k must be in [0, k.shape[1] = " + std::to_string(Sk_total) + "], got " +
-               std::to_string(vl.max_seqlen_k));
+    return bad(std::string("varlen.max_seqlen_k must be in [0, ") + (a.paged ? "paged.max_pages * k.shape[1]" : "k.shape[1]") +
+               " = " + std::to_string(Sk_total) + "], got " + std::to_string(vl.max_seqlen_k));
   FJ_TRY(check_array("varlen.cu_seqlens_q", vl.cu_seqlens_q, vl.batch + 1, 0, 1, sizeof(std::int32_t), cu_q));
-  FJ_TRY(check_array("varlen.cu_seqlens_k", vl.cu_seqlens_k, vl.batch + 1, 0, 1, sizeof(std::int32_t), cu_k));
+  // Paged keys come through the block table: no key prefix sums needed (ignored if given).
+  if (!a.paged) FJ_TRY(check_array("varlen.cu_seqlens_k", vl.cu_seqlens_k, vl.batch + 1, 0, 1, sizeof(std::int32_t), cu_k));
   return {};
+}
+
+// Page pools, the block table and its extent; `sequences` rows of it are read.
+Status check_paged(const AttentionArgs& a, std::int64_t sequences, Extent* table) {
+  const PagedKv& pk = *a.paged;
+  if (!a.kv_lens) return bad("paged needs kv_lens: how many keys each sequence uses");
+  const std::int64_t page_size = a.k.shape[1];
+  if (page_size < 1 || page_size > kMaxPageSize)
+    return bad(dim("k", 1) + " is the page size with paged and must be in [1, " + std::to_string(kMaxPageSize) +
+               "], got " + std::to_string(page_size));
+  if (a.k.shape[0] < 1 || a.k.shape[0] > kMaxPages)
+    return bad(dim("k", 0) + " is the number of pages with paged and must be in [1, " + std::to_string(kMaxPages) +
+               "], got " + std::to_string(a.k.shape[0]));
+  if (pk.max_pages < 1 || pk.max_pages * page_size > kMaxSeqLen)
+    return bad("paged.max_pages must be >= 1 with max_pages * page_size at most 2^30, got " + std::to_string(pk.max_pages));
+  if (pk.table_stride < pk.max_pages)
+    return bad("paged.table_stride must be >= paged.max_pages = " + std::to_string(pk.max_pages) + ", got " +
+               std::to_string(pk.table_stride));
+  if (!pk.block_table) return bad("paged.block_table is null");
+  const std::int64_t shape[2] = {sequences, pk.max_pages}, stride[2] = {pk.table_stride, 1};
+  return check_layout("paged.block_table", pk.block_table, shape, stride, sizeof(std::int32_t), false, table);
 }
 
 }  // namespace
@@ -84,10 +106,13 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}})
     for (int i = 0; i < 4; ++i)
       if (view->shape[i] < 0) return bad(dim(name, i) + " must be >= 0, got " + std::to_string(view->shape[i]));
-  // Shapes must agree: k [B,Sk,Hkv,Dqk], v [B,Sk,Hkv,Dv], o [B,Sq,Hq,Dv].
+  // Shapes must agree: k [B,Sk,Hkv,Dqk], v [B,Sk,Hkv,Dv], o [B,Sq,Hq,Dv]; paged k and v are
+  // [pages, page_size, Hkv, D] pools instead.
+  const bool paged = a.paged.has_value();
   struct Rule { const char* t; int i; std::int64_t want; const char* why; };
   const Rule rules[] = {
-      {"k", 0, B, "q.shape[0]"}, {"v", 0, B, "q.shape[0]"}, {"o", 0, B, "q.shape[0]"},
+      {"k", 0, paged ? a.k.shape[0] : B, "q.shape[0]"}, {"v", 0, paged ? a.k.shape[0] : B, paged ? "k.shape[0]" : "q.shape[0]"},
+      {"o", 0, B, "q.shape[0]"},
       {"v", 1, Sk, "k.shape[1]"}, {"o", 1, Sq, "q.shape[1]"},
       {"v", 2, Hkv, "k.shape[2]"}, {"o", 2, Hq, "q.shape[2]"},
       {"k", 3, Dqk, "q.shape[3]"}, {"o", 3, Dv, "v.shape[3]"},
@@ -107,19 +132,26 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (Sq > kMaxSeqLen || Sk > kMaxSeqLen) return bad("sequence lengths must be at most 2^30");
 
   const std::size_t elem = dtype_size(dt);
-  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks;
+  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks, ekvlens, etable;
   FJ_TRY(check_layout("q", a.q.data, a.q.shape, a.q.stride, elem, false, &eq));
   FJ_TRY(check_layout("k", a.k.data, a.k.shape, a.k.stride, elem, false, &ek));
   FJ_TRY(check_layout("v", a.v.data, a.v.shape, a.v.stride, elem, false, &ev));
   FJ_TRY(check_layout("o", a.o.data, a.o.shape, a.o.stride, elem, true, &eo));
   if (overlaps(eo, eq) || overlaps(eo, ek) || overlaps(eo, ev)) return bad("o must not overlap q, k or v in memory");
 
-  // The problem's sizes: per sequence, or the max over a varlen batch.
+  // The problem's sizes: per sequence, or the max over a varlen batch. A paged cache holds up to
+  // max_pages * page_size keys per sequence.
   std::int64_t batch = B, seq_q = Sq, seq_k = Sk;
-  if (a.varlen) {
-    FJ_TRY(check_varlen(a, Sq, Sk, &ecq, &eck));
-    batch = a.varlen->batch, seq_q = a.varlen->max_seqlen_q, seq_k = a.varlen->max_seqlen_k;
+  if (paged) {
+    FJ_TRY(check_paged(a, a.varlen ? a.varlen->batch : B, &etable));
+    seq_k = a.paged->max_pages * Sk;
   }
+  if (a.varlen) {
+    FJ_TRY(check_varlen(a, Sq, paged ? seq_k : Sk, &ecq, &eck));
+    batch = a.varlen->batch, seq_q = a.varlen->max_seqlen_q;
+    seq_k = paged && !a.varlen->cu_seqlens_k ? seq_k : a.varlen->max_seqlen_k;
+  }
+  if (a.kv_lens) FJ_TRY(check_array("kv_lens", a.kv_lens, batch, 0, 1, sizeof(std::int32_t), &ekvlens));
   if (a.lse) {
     const LseView& l = *a.lse;
     const std::int64_t want[3] = {B, Hq, Sq};
@@ -167,7 +199,8 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (a.sinks) FJ_TRY(check_array("sinks", a.sinks, Hq, 0, 1, sizeof(float), &esinks));
   // The kernel reads these while writing o and lse: they must not share memory.
   for (const auto& [name, e] : {std::pair<const char*, const Extent*>{"varlen.cu_seqlens_q", &ecq}, {"varlen.cu_seqlens_k", &eck},
-                                {"alibi.slopes", &ealibi}, {"sinks", &esinks}})
+                                {"alibi.slopes", &ealibi}, {"sinks", &esinks}, {"kv_lens", &ekvlens},
+                                {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
 
   out.shape = {batch, seq_q, seq_k, Hq, Hkv};
@@ -186,6 +219,8 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   s.softcap = a.softcap.has_value();
   s.alibi = a.alibi.has_value();
   s.sinks = a.sinks != nullptr;
+  s.kv_lens = a.kv_lens != nullptr;
+  s.paged = paged;
   s.vec = pick_vec(a, elem);
   return out;
 }

@@ -17,6 +17,8 @@
 
 #include "common/attention_case.hpp"
 #include "compiler.hpp"
+#include "kernel_loader.hpp"
+#include "kernel_source.hpp"
 #include "problem.hpp"
 
 using namespace flashjit;
@@ -90,23 +92,51 @@ int dispatch(int calls, nlohmann::json& out) {
     FJ_CU(drv, cuLaunchKernelEx(&cfg, fn, args, nullptr));
     return {};
   });
+  // The engine's own kernel launched directly (its plan built once, the module compiled here):
+  // the fair baseline, since launching a real kernel costs the driver more than an empty one.
+  const Arch arch = Arch::parse(gpu->info().arch).value();
+  auto problem = validate_problem(c.args());
+  if (!problem.ok()) return 1;
+  const KernelFamily* family = pick_family(arch, problem->semantics, &problem->shape);
+  const KernelVariant variant{family->name(), problem->semantics, family->default_tiling(arch, problem->semantics)};
+  auto own_cubin = compile_cubin({"own", render_source(*family, variant), arch});
+  if (!own_cubin.ok()) return std::fprintf(stderr, "%s\n", own_cubin.error().to_string().c_str()), 1;
+  CUmodule own_mod = nullptr;
+  LoadedModule own;
+  drv.cuModuleLoadData(&own_mod, own_cubin->cubin.data());
+  for (const EntryPoint& e : family->entry_points(variant)) {
+    CUfunction f = nullptr;
+    drv.cuModuleGetFunction(&f, own_mod, e.name);
+    drv.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.smem_bytes);
+    own.functions[own.count++] = f;
+  }
+  DeviceContextInfo info;
+  info.arch = arch;
+  info.sm_count = gpu->info().sm_count;
+  LaunchPlan own_plan;
+  if (!family->plan(problem.value(), variant, info, 0, own_plan).ok()) return 1;
+  auto own_us = host_us_per_call(drv, calls, [&] { return KernelLoader::launch(drv, own, own_plan, nullptr); });
+  drv.cuModuleUnload(own_mod);
   auto validate_us = host_us_per_call(drv, calls * 10, [&]() -> Status {
     auto p = validate_problem(c.args());
     if (!p.ok()) return std::move(p).error();
     return {};
   });
   drv.cuModuleUnload(mod);
-  if (!raw_us.ok() || !raw_ex_us.ok() || !validate_us.ok()) return 1;
+  if (!raw_us.ok() || !raw_ex_us.ok() || !validate_us.ok() || !own_us.ok()) return 1;
   std::printf("dispatch: %.2f us host time per forward() (B1 S64 H1 D64 f16; median of 51 rounds of %d calls)\n",
               engine_us.value(), calls);
   std::printf("          %.2f us per bare cuLaunchKernel of an empty kernel, same argument size: engine overhead %.2f us\n",
               raw_us.value(), engine_us.value() - raw_us.value());
   std::printf("          %.2f us per bare cuLaunchKernelEx; argument validation alone %.3f us\n", raw_ex_us.value(),
               validate_us.value());
+  std::printf("          %.2f us per direct launch of the engine's own kernel and plan: engine overhead over it %.2f us\n",
+              own_us.value(), engine_us.value() - own_us.value());
   out["dispatch_us_per_call"] = engine_us.value();
   out["raw_launch_us_per_call"] = raw_us.value();
   out["raw_launch_ex_us_per_call"] = raw_ex_us.value();
   out["validate_us_per_call"] = validate_us.value();
+  out["own_kernel_launch_us_per_call"] = own_us.value();
   return 0;
 }
 

@@ -118,6 +118,15 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
     return Error(Code::invalid_argument, "packed_qkv needs Hq == Hkv, Sq == Sk, Dqk == Dv and no varlen");
   if (s.varlen_q.size() != s.varlen_k.size())
     return Error(Code::invalid_argument, "varlen_q and varlen_k must list the same number of sequences");
+  if (!s.kv_lens.empty() && std::int64_t(s.kv_lens.size()) != s.sequences())
+    return Error(Code::invalid_argument, "kv_lens must list one length per sequence");
+  if (s.paged() && (s.kv_lens.empty() || s.layout != Layout::bshd))
+    return Error(Code::invalid_argument, "a paged case needs kv_lens and the bshd layout");
+  // A paged cache's last page runs past the sequence's keys (random values there): the kernels
+  // would read them for a kv_len past the cache, which the reference does not model.
+  for (std::int64_t b = 0; s.paged() && b < s.sequences(); ++b)
+    if (s.kv_lens[std::size_t(b)] > (s.varlen() ? s.varlen_k[std::size_t(b)] : s.seqlen_k))
+      return Error(Code::invalid_argument, "a paged case's kv_lens must not exceed its sequences' keys");
   AttentionCase c;
   c.spec_ = s;
   c.gpu_ = &gpu;
@@ -152,6 +161,26 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
     pq = place(s.layout, B, c.tsq_, s.heads_q, s.head_dim_qk);
     pk = place(s.layout, B, c.tsk_, s.heads_kv, s.head_dim_qk);
     pv = place(s.layout, B, c.tsk_, s.heads_kv, s.head_dim_v);
+    if (s.paged()) {
+      // Each sequence's keys in pages of one shared pool, in shuffled order, with spare pages no
+      // sequence uses (random values there too: a kernel reading a wrong page gets caught).
+      constexpr std::int64_t kSparePages = 3;
+      std::int64_t most = 1;
+      for (std::int64_t b = 0; b < s.sequences(); ++b) most = std::max(most, c.key_capacity(b));
+      c.max_pages_ = (most + s.page_size - 1) / s.page_size;
+      c.table_stride_ = c.max_pages_ + 1;  // a padded row, so the stride is exercised
+      const std::int64_t pages = s.sequences() * c.max_pages_ + kSparePages;
+      std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
+      for (std::int64_t i = 0; i < pages; ++i) perm[std::size_t(i)] = std::int32_t(i);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937_64(s.seed ^ 0x9a9e));
+      c.table_.assign(std::size_t(s.sequences() * c.table_stride_), -1);
+      for (std::int64_t b = 0; b < s.sequences(); ++b)
+        for (std::int64_t i = 0; i < c.max_pages_; ++i) c.table_[std::size_t(b * c.table_stride_ + i)] = perm[std::size_t(b * c.max_pages_ + i)];
+      pk = {{s.page_size * s.heads_kv * s.head_dim_qk, s.heads_kv * s.head_dim_qk, s.head_dim_qk, 1}, 0,
+            pages * s.page_size * s.heads_kv * s.head_dim_qk};
+      pv = {{s.page_size * s.heads_kv * s.head_dim_v, s.heads_kv * s.head_dim_v, s.head_dim_v, 1}, 0,
+            pages * s.page_size * s.heads_kv * s.head_dim_v};
+    }
     const std::int64_t k0 = round_up(pq.extent, kAlignElems), v0 = k0 + round_up(pk.extent, kAlignElems);
     pk.offset += k0;
     pv.offset += v0;
@@ -183,6 +212,11 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
   c.args_.q = view(c.qkv_, pq, c.tsq_, s.heads_q, s.head_dim_qk);
   c.args_.k = view(c.qkv_, pk, c.tsk_, s.heads_kv, s.head_dim_qk);
   c.args_.v = view(c.qkv_, pv, c.tsk_, s.heads_kv, s.head_dim_v);
+  if (s.paged()) {  // the pools' own shape: [pages, page_size, Hkv, D]
+    const std::int64_t pages = pk.extent / pk.stride[0];
+    c.args_.k.shape[0] = c.args_.v.shape[0] = pages;
+    c.args_.k.shape[1] = c.args_.v.shape[1] = s.page_size;
+  }
   c.args_.o = view(c.out_, po, c.tsq_, s.heads_q, s.head_dim_v);
   c.out_offset_bytes_ = std::size_t(po.offset) * es;
   c.args_.mask = s.mask;
@@ -220,6 +254,10 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
   };
   std::vector<std::int32_t> cq(c.cu_q_.begin(), c.cu_q_.end()), ck(c.cu_k_.begin(), c.cu_k_.end());
   const std::size_t at_cq = append(cq.data(), cq.size() * 4), at_ck = append(ck.data(), ck.size() * 4);
+  std::vector<std::int32_t> lens(s.kv_lens.begin(), s.kv_lens.end());
+  const std::size_t at_lens = append(lens.data(), lens.size() * 4);
+  c.kv_lens_offset_ = at_lens;
+  const std::size_t at_table = append(c.table_.data(), c.table_.size() * 4);
   const std::size_t at_alibi = append(c.alibi_.data(), c.alibi_.size() * 4), at_sinks = append(c.sinks_.data(), c.sinks_.size() * 4);
   auto extras = DeviceBuffer::allocate(gpu.driver(), side.size());
   if (!extras.ok()) return std::move(extras).error();
@@ -232,6 +270,10 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
     c.args_.varlen = Varlen{reinterpret_cast<const std::int32_t*>(base + at_cq), reinterpret_cast<const std::int32_t*>(base + at_ck),
                             n, max_q, max_k};
   }
+  if (s.varlen() && s.paged()) c.args_.varlen->cu_seqlens_k = nullptr;  // keys come through the table
+  if (!s.kv_lens.empty()) c.args_.kv_lens = reinterpret_cast<const std::int32_t*>(base + at_lens);
+  if (s.paged())
+    c.args_.paged = PagedKv{reinterpret_cast<const std::int32_t*>(base + at_table), c.table_stride_, c.max_pages_};
   if (s.alibi) c.args_.alibi = Alibi{reinterpret_cast<const float*>(base + at_alibi), s.alibi_per_batch ? s.heads_q : 0};
   if (s.sinks) c.args_.sinks = reinterpret_cast<const float*>(base + at_sinks);
   if (!keep_host) c.q_.clear(), c.k_.clear(), c.v_.clear();
@@ -260,10 +302,52 @@ Status AttentionCase::fill_inputs(std::uint64_t seed) {
           }
   };
   fill(q_, 0, tsq_, s.heads_q, s.head_dim_qk);
-  fill(k_, 1, tsk_, s.heads_kv, s.head_dim_qk);
-  fill(v_, 2, tsk_, s.heads_kv, s.head_dim_v);
+  if (!s.paged()) {
+    fill(k_, 1, tsk_, s.heads_kv, s.head_dim_qk);
+    fill(v_, 2, tsk_, s.heads_kv, s.head_dim_v);
+  } else {
+    // Random values across the whole pools first, then each sequence's keys into its pages.
+    for (int t = 1; t <= 2; ++t) {
+      const std::int64_t* p = place_[t];
+      const std::int64_t pages = args_.k.shape[0], D = t == 1 ? s.head_dim_qk : s.head_dim_v;
+      for (std::int64_t i = 0; i < pages * p[0]; ++i) store(staging.data(), p[4] + i, quantize(normal(rng), dt), dt);
+      std::vector<float>& dst = t == 1 ? k_ : v_;
+      dst.assign(std::size_t(tb_ * tsk_ * s.heads_kv * D), 0.f);
+      for (std::int64_t b = 0; b < s.sequences(); ++b) {
+        const std::int64_t kb = s.varlen() ? 0 : b, k0 = s.varlen() ? cu_k_[std::size_t(b)] : 0;
+        for (std::int64_t j = 0; j < key_capacity(b); ++j) {
+          const std::int64_t page = table_[std::size_t(b * table_stride_ + j / s.page_size)];
+          for (std::int64_t h = 0; h < s.heads_kv; ++h)
+            for (std::int64_t d = 0; d < D; ++d) {
+              const float x = quantize(normal(rng), dt);
+              dst[std::size_t(((kb * tsk_ + k0 + j) * s.heads_kv + h) * D + d)] = x;
+              store(staging.data(), p[4] + page * p[0] + (j % s.page_size) * p[1] + h * p[2] + d * p[3], x, dt);
+            }
+        }
+      }
+    }
+  }
   (void)es;
   return qkv_.upload(staging.data(), staging.size());
+}
+
+std::int64_t AttentionCase::key_capacity(std::int64_t b) const {
+  return spec_.varlen() ? spec_.varlen_k[std::size_t(b)] : spec_.seqlen_k;
+}
+
+std::int64_t AttentionCase::used_keys(std::int64_t b) const {
+  const std::int64_t cap = key_capacity(b);
+  if (spec_.kv_lens.empty()) return cap;
+  return std::min(std::max<std::int64_t>(spec_.kv_lens[std::size_t(b)], 0), cap);  // as the kernels clamp
+}
+
+Status AttentionCase::set_kv_lens(const std::vector<std::int64_t>& lens) {
+  if (spec_.kv_lens.empty() || lens.size() != spec_.kv_lens.size())
+    return Error(Code::invalid_argument, "set_kv_lens needs a case made with kv_lens, one per sequence");
+  std::vector<std::int32_t> v(lens.begin(), lens.end());
+  FJ_TRY(extras_.upload(v.data(), v.size() * sizeof(std::int32_t), kv_lens_offset_));
+  spec_.kv_lens = lens;
+  return {};
 }
 
 Status AttentionCase::refill(std::uint64_t seed) {
@@ -292,8 +376,8 @@ Result<CheckResult> AttentionCase::check() const {
   const unsigned char* obase = raw.data() + out_offset_bytes_;
   std::vector<SeqRows> seqs;
   for (std::int64_t b = 0; b < s.sequences(); ++b)
-    seqs.push_back(s.varlen() ? SeqRows{0, cu_q_[b], s.varlen_q[b], cu_k_[b], s.varlen_k[b]}
-                              : SeqRows{b, 0, s.seqlen_q, 0, s.seqlen_k});
+    seqs.push_back(s.varlen() ? SeqRows{0, cu_q_[b], s.varlen_q[b], cu_k_[b], used_keys(b)}
+                              : SeqRows{b, 0, s.seqlen_q, 0, used_keys(b)});
   const double scale = s.softmax_scale ? double(*s.softmax_scale) : 1.0 / std::sqrt(double(s.head_dim_qk));
 
   const std::int64_t pairs = s.sequences() * s.heads_q;

@@ -42,8 +42,14 @@ struct CaseSpec {
   bool alibi_per_batch = false;  // ... and per sequence ([batch, heads_q] rows)
   bool sinks = false;            // random sink logits per query head
   float sink_mean = 0;           // sinks are drawn around this (large ones dominate rows)
+  // Keys each sequence uses of its cache (kv_lens; the cache holds seqlen_k, or varlen_k[b]).
+  std::vector<std::int64_t> kv_lens;
+  // > 0: k and v live in page pools of this many keys a page, reached through a shuffled block
+  // table (needs kv_lens; layout bshd).
+  std::int64_t page_size = 0;
 
   bool varlen() const { return !varlen_q.empty(); }
+  bool paged() const { return page_size > 0; }
   std::int64_t sequences() const { return varlen() ? std::int64_t(varlen_q.size()) : batch; }
   std::string describe() const;
 };
@@ -72,11 +78,16 @@ class AttentionCase {
   Status poison() const;
   // Draws new random q, k and v (same shapes and buffers) and uploads them.
   Status refill(std::uint64_t seed);
+  // New per-sequence key counts in the same device slot (what a decode step does between calls).
+  Status set_kv_lens(const std::vector<std::int64_t>& lens);
   // Downloads o (and lse) and compares with the float64 reference (multi-threaded).
   Result<CheckResult> check() const;
 
  private:
   Status fill_inputs(std::uint64_t seed);
+  // Keys sequence b's cache holds, and how many of them it uses (kv_lens, clamped).
+  std::int64_t key_capacity(std::int64_t b) const;
+  std::int64_t used_keys(std::int64_t b) const;
 
   CaseSpec spec_;
   AttentionArgs args_;
@@ -85,6 +96,9 @@ class AttentionCase {
   std::vector<float> q_, k_, v_;  // quantized values in logical [TB, TS, H, D] tensor order
   std::vector<float> alibi_, sinks_;
   std::vector<std::int64_t> cu_q_, cu_k_;  // varlen prefix sums
+  std::vector<std::int32_t> table_;        // paged: block table [sequences, table_stride_]
+  std::int64_t table_stride_ = 0, max_pages_ = 0;
+  std::size_t kv_lens_offset_ = 0;  // where kv_lens sit in extras_
   std::int64_t tb_ = 0, tsq_ = 0, tsk_ = 0;  // the tensors' batch and seq dims
   std::int64_t place_[4][5] = {};  // per q, k, v, o: strides[4], offset in elements
   std::size_t out_offset_bytes_ = 0;

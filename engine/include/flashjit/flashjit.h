@@ -83,6 +83,14 @@ typedef struct flashjit_alibi {
   int64_t batch_stride; /* elements between batches' rows; 0: one row for every batch */
 } flashjit_alibi;
 
+/* K and V as page pools: k and v are [num_pages, page_size, heads_kv, head_dim] and key j of
+ * sequence b lives in page block_table[b * table_stride + j / page_size]. Needs kv_lens. */
+typedef struct flashjit_paged_kv {
+  const int32_t* block_table; /* device int32, max_pages entries per sequence */
+  int64_t table_stride;       /* elements between sequences' rows, >= max_pages */
+  int64_t max_pages;          /* pages a sequence may use */
+} flashjit_paged_kv;
+
 /* Starts with its own size, so fields can be appended without breaking callers built against
  * an older header: set struct_size = sizeof(flashjit_attention_args_v2) and abi_version =
  * FLASHJIT_ABI_VERSION, and zero everything you do not use (NULL and 0 mean "none" or
@@ -102,6 +110,9 @@ typedef struct flashjit_attention_args_v2 {
   const flashjit_alibi* alibi;    /* NULL: none */
   const float* sinks;             /* NULL: none; else device fp32 [heads_q] logits joining each
                                      row's softmax denominator */
+  const int32_t* kv_lens;         /* NULL: every sequence uses all its keys; else device int32
+                                     [batch]: keys each sequence uses (cache_seqlens) */
+  const flashjit_paged_kv* paged; /* NULL: contiguous caches */
 } flashjit_attention_args_v2;
 
 /* sizeof(flashjit_attention_args) as compiled into the library, for bindings to check. */

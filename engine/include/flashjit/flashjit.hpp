@@ -69,6 +69,15 @@ struct Alibi {
   std::int64_t batch_stride = 0;  // elements between batches' rows; 0: one row for all
 };
 
+// K and V as page pools (vLLM's paged KV cache): k and v are [num_pages, page_size, heads_kv,
+// head_dim] views, and key j of sequence b lives in page block_table[b * table_stride + j /
+// page_size], slot j % page_size. Needs kv_lens: how many keys each sequence uses.
+struct PagedKv {
+  const std::int32_t* block_table = nullptr;  // device int32, a row of max_pages per sequence
+  std::int64_t table_stride = 0;              // elements between sequences' rows (>= max_pages)
+  std::int64_t max_pages = 0;                 // pages a sequence may use
+};
+
 struct AttentionArgs {
   TensorView q, k, v;
   TensorView o;                        // written; same dtype as q
@@ -82,6 +91,11 @@ struct AttentionArgs {
   std::optional<Alibi> alibi;
   const float* sinks = nullptr;        // fp32 on the device, [heads_q]: a logit per head that
                                        // joins each row's softmax denominator (GPT-OSS)
+  // int32 on the device, one per sequence (FlashAttention's cache_seqlens): sequence b uses keys
+  // [0, kv_lens[b]) of its cache, so caches filled to different lengths run in one call. Causal
+  // masks and windows align to each sequence's own length. Values past the cache are clamped.
+  const std::int32_t* kv_lens = nullptr;
+  std::optional<PagedKv> paged;        // K and V in page pools (with kv_lens)
 };
 
 // How the engine picks a tiling for a problem it has not seen (FLASHJIT_TUNE overrides the default):
