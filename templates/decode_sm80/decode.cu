@@ -320,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(128) flashjit_decode_combine(const 
   constexpr int kRowsPerCta = 4;  // one warp per output row, 128 threads
   const FjAttentionParams& p = dp.attn;
   const int lane = threadIdx.x & 31;
-  const int b = blockIdx.y;
+  const int b = blockIdx.z;  // as the main kernel: the sequence in z
   const int pair = blockIdx.x * kRowsPerCta + (threadIdx.x >> 5);  // head * seqlen_q + token
   if (pair >= p.heads_q * p.seqlen_q) return;
   const int head = pair / p.seqlen_q, token = pair % p.seqlen_q;

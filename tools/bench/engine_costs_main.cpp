@@ -132,6 +132,19 @@ int dispatch(int calls, nlohmann::json& out) {
               validate_us.value());
   std::printf("          %.2f us per direct launch of the engine's own kernel and plan: engine overhead over it %.2f us\n",
               own_us.value(), engine_us.value() - own_us.value());
+  // A decode call (B1, 32:8 heads, one query, 4096 keys): the decode family, its split count
+  // chosen per call and a second (combine) launch.
+  tools::CaseSpec ds;
+  ds.dtype = DType::bf16, ds.batch = 1, ds.seqlen_q = 1, ds.seqlen_k = 4096, ds.heads_q = 32, ds.heads_kv = 8;
+  ds.head_dim_qk = ds.head_dim_v = 128;
+  auto dc = tools::AttentionCase::create(*gpu, ds, false).value();
+  for (int i = 0; i < 100; ++i) (void)engine->forward(dc.args());
+  auto decode_us = host_us_per_call(drv, calls, [&] { return engine->forward(dc.args()); });
+  if (!decode_us.ok()) return std::fprintf(stderr, "%s\n", decode_us.error().to_string().c_str()), 1;
+  std::printf("          %.2f us per decode forward() (B1 32:8 Sq1 Sk4096 bf16, %s), %+.2f us against the prefill call\n",
+              decode_us.value(), engine->plan(dc.args(), gpu->info().arch)->variant.family.c_str(),
+              decode_us.value() - engine_us.value());
+  out["decode_dispatch_us_per_call"] = decode_us.value();
   out["dispatch_us_per_call"] = engine_us.value();
   out["raw_launch_us_per_call"] = raw_us.value();
   out["raw_launch_ex_us_per_call"] = raw_ex_us.value();
