@@ -309,6 +309,10 @@ class Engine::Impl {
       if (!drv.ok()) return std::move(drv).error();
       CUdeviceptr p = 0;
       FJ_CU(*drv.value(), cuMemAlloc(&p, bytes));
+      if (const CUresult r = drv.value()->cuMemsetD8(p, 0, bytes); r != CUDA_SUCCESS) {
+        drv.value()->cuMemFree(p);
+        return drv.value()->error(r, "zeroing a new workspace");
+      }
       return p;
     };
     d.free = [](CUdeviceptr p) {

@@ -1,5 +1,6 @@
 // Device scratch memory the engine owns for plans that ask for it (split-KV partials): one
 // buffer per (context, stream), grown on demand and reused by every later call on that stream.
+// A new buffer starts zeroed (kernels that keep counters in it return them to zero).
 // A stream runs its kernels in order, so reuse within a stream is safe, and two streams never
 // share a buffer. Nothing is allocated on a stream that is being captured into a CUDA graph:
 // the capture gets the stream's existing buffer if it is large enough, else a clear error
@@ -21,7 +22,7 @@ namespace flashjit {
 
 // The driver calls the pool makes, apart so tests can stand in for them.
 struct WorkspaceDevice {
-  std::function<Result<CUdeviceptr>(std::size_t bytes)> allocate;
+  std::function<Result<CUdeviceptr>(std::size_t bytes)> allocate;  // zeroed memory
   std::function<void(CUdeviceptr)> free;
   std::function<Status(CUstream)> synchronize;  // before a buffer in use on the stream is freed
   std::function<Result<bool>(CUstream)> capturing;

@@ -5,7 +5,8 @@
 //   - the warps of a CTA split each key tile between them instead of splitting rows (a decode
 //     CTA has as few as 1 row), and merge their partial results at the end;
 //   - split-KV: the key range is cut into `splits` parts run by different CTAs, so a small batch
-//     still fills the GPU; flashjit_decode_combine merges the parts in a fixed order.
+//     still fills the GPU; the last part of a row block to finish merges them in a fixed order
+//     (an atomic ticket picks it), so the call stays one launch.
 #include "common/attention_params.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
@@ -71,6 +72,42 @@ FJ_DEVICE void store_elem(Elem* dst, float x) {
     *reinterpret_cast<unsigned short*>(dst) = static_cast<unsigned short>(two & 0xffffu);
   } else {
     *dst = x;
+  }
+}
+
+// Merges the splits of a row block's rows in split order (deterministic): one warp a row, the
+// sinks added to the denominator. Reads bypass L1: other CTAs wrote the partials.
+FJ_DEVICE void merge_splits(const FjDecodeParams& dp, const Sequence& seq, int b, int kv_head, int row0, int rows,
+                            int warp, int lane) {
+  const FjAttentionParams& p = dp.attn;
+  const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
+  for (int r = warp; r < rows; r += kWarps) {
+    const int row = row0 + r, token = row / p.group, head = kv_head * p.group + row % p.group;
+    const long long at = ((long long)b * p.heads_q + head) * p.seqlen_q + token;
+    float top = neg_inf();
+    for (int s = 0; s < dp.splits; ++s) top = fmaxf(top, __ldcg(dp.partial_lse + s * split_rows + at));
+    const float sink = kSinks ? p.sinks[head] * kLog2e : neg_inf();
+    const float top2 = fmaxf(top, sink);
+    float den = kSinks ? exp2_approx(sink - top2) : 0.f;
+    for (int s = 0; s < dp.splits; ++s) {
+      const float l = __ldcg(dp.partial_lse + s * split_rows + at);
+      if (l != neg_inf()) den += exp2_approx(l - top2);
+    }
+    Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + token) * p.o_stride[1] +
+                head * p.o_stride[2];
+    for (int d = lane; d < kHeadDimV; d += 32) {
+      float acc = 0.f;
+      for (int s = 0; s < dp.splits; ++s) {
+        const float l = __ldcg(dp.partial_lse + s * split_rows + at);
+        if (l != neg_inf()) acc += exp2_approx(l - top2) * __ldcg(dp.partial_o + (s * split_rows + at) * kHeadDimV + d);
+      }
+      store_elem(out + d * p.o_stride[3], den > 0.f ? acc / den : 0.f);
+    }
+    if constexpr (kWriteLse) {
+      if (lane == 0)
+        p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] =
+            den > 0.f ? (top2 + log2f(den)) * kLn2 : neg_inf();
+    }
   }
 }
 
@@ -309,47 +346,16 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
       const long long at = split * split_rows + ((long long)b * p.heads_q + head) * p.seqlen_q + token;
       dp.partial_lse[at] = l_buf[tid] > 0.f ? m_buf[tid] + log2f(l_buf[tid]) : neg_inf();
     }
-  }
-}
-
-// Merges the splits of every (sequence, query head, token): one warp a row, the splits in order
-// (deterministic), sinks added to the denominator.
-extern "C" __global__ void __launch_bounds__(128) flashjit_decode_combine(const __grid_constant__ FjDecodeParams dp) {
-  using namespace fj;
-  using namespace fj::dec;
-  constexpr int kRowsPerCta = 4;  // one warp per output row, 128 threads
-  const FjAttentionParams& p = dp.attn;
-  const int lane = threadIdx.x & 31;
-  const int b = blockIdx.z;  // as the main kernel: the sequence in z
-  const int pair = blockIdx.x * kRowsPerCta + (threadIdx.x >> 5);  // head * seqlen_q + token
-  if (pair >= p.heads_q * p.seqlen_q) return;
-  const int head = pair / p.seqlen_q, token = pair % p.seqlen_q;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, b);
-  if (token >= seq.len_q) return;
-  const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
-  const long long row = ((long long)b * p.heads_q + head) * p.seqlen_q + token;
-  float top = neg_inf();
-  for (int s = 0; s < dp.splits; ++s) top = fmaxf(top, dp.partial_lse[s * split_rows + row]);
-  const float sink = kSinks ? p.sinks[head] * kLog2e : neg_inf();
-  const float top2 = fmaxf(top, sink);
-  float den = kSinks ? exp2_approx(sink - top2) : 0.f;
-  for (int s = 0; s < dp.splits; ++s) {
-    const float l = dp.partial_lse[s * split_rows + row];
-    if (l != neg_inf()) den += exp2_approx(l - top2);
-  }
-  Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + token) * p.o_stride[1] +
-              head * p.o_stride[2];
-  for (int d = lane; d < kHeadDimV; d += 32) {
-    float acc = 0.f;
-    for (int s = 0; s < dp.splits; ++s) {
-      const float l = dp.partial_lse[s * split_rows + row];
-      if (l != neg_inf()) acc += exp2_approx(l - top2) * dp.partial_o[(s * split_rows + row) * kHeadDimV + d];
-    }
-    store_elem(out + d * p.o_stride[3], den > 0.f ? acc / den : 0.f);
-  }
-  if constexpr (kWriteLse) {
-    if (lane == 0)
-      p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] =
-          den > 0.f ? (top2 + log2f(den)) * kLn2 : neg_inf();
+    // The last split of this row block to finish merges all of them: no second launch.
+    __shared__ unsigned ticket;
+    __threadfence();  // this CTA's partials are visible before its ticket is taken
+    __syncthreads();
+    unsigned* my_ticket = dp.tickets + ((long long)b * p.heads_kv + kv_head) * dp.row_blocks + row_block;
+    if (tid == 0) ticket = atomicAdd(my_ticket, 1u);
+    __syncthreads();
+    if (ticket != unsigned(dp.splits - 1)) return;
+    __threadfence();  // every other split's partials are visible to the reads below
+    merge_splits(dp, seq, b, kv_head, row0, rows, warp, lane);
+    if (tid == 0) *my_ticket = 0u;  // ready for the next call (and a graph's next replay)
   }
 }

@@ -10,5 +10,9 @@ struct FjDecodeParams {
   // units (-inf for a split that saw no key): [splits][batch][heads_q][seqlen_q] (x dv for o).
   float* partial_o;
   float* partial_lse;
-  int splits;  // key ranges per (sequence, key/value head, row block); 1 writes o directly
+  // One ticket per (sequence, key/value head, row block): each split takes one after writing its
+  // partial; the last merges them all and sets the ticket back to 0 (the workspace starts zeroed).
+  unsigned* tickets;
+  int splits;      // key ranges per (sequence, key/value head, row block); 1 writes o directly
+  int row_blocks;  // CTAs along one key/value head's rows
 };

@@ -1,5 +1,6 @@
 // Host side of the decode_sm80 family (templates/decode_sm80/): knobs, tile rules, the split
-// count, and the launch plan (the main kernel, then the combine kernel when the keys are split).
+// count, and the launch plan: one kernel; with split keys it takes a workspace for the partial
+// results and one ticket per row block (the last split to finish merges).
 #include <algorithm>
 #include <cmath>
 
@@ -24,8 +25,6 @@ constexpr int kPriority = 50;         // before fa2_sm80: decode shapes are this
 constexpr int kMaxQueries = 16;       // per sequence: decode and speculative decoding
 constexpr int kMaxSplits = 128;       // more parts than this only adds combine traffic
 constexpr int kMinTilesPerSplit = 2;  // a split must at least fill its copy pipeline once
-constexpr int kCombineThreads = 128;  // flashjit_decode_combine: one warp per output row
-constexpr int kCombineRowsPerCta = kCombineThreads / 32;
 constexpr int kMaxThreadsPerSm = 2048;  // every arch from sm_80 to sm_90
 
 int elem_bytes(const Semantics& s) { return int(dtype_size(s.dtype)); }
@@ -89,71 +88,84 @@ class DecodeSm80 final : public KernelFamily {
   }
 
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
-    return {{"flashjit_decode_fwd", layout(v.semantics, v.tiling).smem_bytes}, {"flashjit_decode_combine", 0}};
+    return {{"flashjit_decode_fwd", layout(v.semantics, v.tiling).smem_bytes}};
+  }
+
+  // Partial rows and their LSEs for every split, then the tickets: [lse | o | tickets].
+  struct Workspace {
+    std::size_t rows, lse_offset, o_offset, tickets_offset, bytes;
+  };
+  static Workspace workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
+    Workspace w{};
+    w.rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
+    w.lse_offset = 0;
+    w.o_offset = w.rows * sizeof(float);
+    w.tickets_offset = w.o_offset + w.rows * std::size_t(v.semantics.head_dim_v) * sizeof(float);
+    w.bytes = w.tickets_offset + std::size_t(p.shape.batch * p.shape.heads_kv * row_blocks(p, v.tiling)) * sizeof(unsigned);
+    return w;
+  }
+
+  static std::int64_t row_blocks(const AttentionProblem& p, const Tiling& t) {
+    const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
+    return (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
   }
 
   std::size_t workspace_bytes(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
     const int splits = split_count(p, v, d);
-    if (splits <= 1) return 0;
-    const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
-    return rows * std::size_t(v.semantics.head_dim_v + 1) * sizeof(float);
+    return splits > 1 ? workspace_layout(p, v, splits).bytes : 0;
   }
 
   Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int splits = split_count(p, v, d);
-    const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
-    const std::int64_t row_blocks = (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
+    const std::int64_t blocks = row_blocks(p, t);
     KernelLaunch& main = out.add();
     main.entry = 0;
-    main.grid = {unsigned(splits), unsigned(p.shape.heads_kv * row_blocks), unsigned(p.shape.batch)};
+    main.grid = {unsigned(splits), unsigned(p.shape.heads_kv * blocks), unsigned(p.shape.batch)};
     main.block = {unsigned(t[kWarps] * 32), 1, 1};
     main.smem_bytes = unsigned(layout(v.semantics, t).smem_bytes);
     FjDecodeParams& dp = main.params.emplace<FjDecodeParams>();
     fill_attention_params(p, dp.attn);
     dp.splits = splits;
+    dp.row_blocks = int(blocks);
     if (splits > 1) {
-      const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
-      dp.partial_lse = reinterpret_cast<float*>(workspace);
-      dp.partial_o = dp.partial_lse + rows;
-      KernelLaunch& combine = out.add();
-      combine.entry = 1;
-      combine.grid = {unsigned((p.shape.heads_q * p.shape.seqlen_q + kCombineRowsPerCta - 1) / kCombineRowsPerCta), 1,
-                      unsigned(p.shape.batch)};
-      combine.block = {unsigned(kCombineThreads), 1, 1};
-      combine.params = main.params;
+      if (!workspace) return Error(Code::internal, "decode_sm80 splits its keys but was given no workspace");
+      const Workspace w = workspace_layout(p, v, splits);
+      dp.partial_lse = reinterpret_cast<float*>(workspace + w.lse_offset);
+      dp.partial_o = reinterpret_cast<float*>(workspace + w.o_offset);
+      dp.tickets = reinterpret_cast<unsigned*>(workspace + w.tickets_offset);
     }
     return {};
   }
 
-  // The split count: the tiling's, or chosen so that the CTAs fill the GPU's slots in as close
-  // to whole waves as a small count allows (FlashDecoding's rule): a batch of 1 with 8
-  // key/value heads splits its keys ~33 ways on 132 SMs, a batch of 128 not at all.
+  // The split count: the tiling's, or the one a small cost model says finishes first. Time is
+  // counted in key tiles one CTA streams: the waves of CTAs the GPU's slots run (slots: SMs x the
+  // CTAs that fit one), each wave as long as one split's tiles plus the fixed cost of a CTA (its
+  // query rows, the pipeline's fill and drain, the write-out), plus the merge the last split of a
+  // row block does over every split's partial rows. A batch of 1 with 8 key/value heads and 32K
+  // keys splits ~32 ways on 132 SMs; 128 sequences not at all.
   static int split_count(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) {
     const Tiling& t = v.tiling;
     if (t[kSplits] > 0) return t[kSplits];
+    constexpr double kCtaFixedTiles = 2.0;    // a CTA's fixed work, in tiles (measured: ~2 of a 32-tile CTA)
+    constexpr double kMergeTilesPerSplit = 0.05;  // reading one split's partial rows, in tiles
     const fj_layout::DecodeLayout l = layout(v.semantics, t);
-    const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
-    const std::int64_t row_blocks = (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
-    const std::int64_t base = std::max<std::int64_t>(1, p.shape.batch * p.shape.heads_kv * row_blocks);
+    const std::int64_t base = std::max<std::int64_t>(1, p.shape.batch * p.shape.heads_kv * row_blocks(p, t));
     const int per_sm = std::max(1, std::min(d.smem_per_sm > 0 ? d.smem_per_sm / (l.smem_bytes + 1024) : 1,
                                             kMaxThreadsPerSm / (t[kWarps] * 32)));
-    const double slots = double(std::max(1, d.sm_count) * per_sm);
-    const std::int64_t tiles = (p.shape.seqlen_k + l.tile_keys - 1) / l.tile_keys;
+    const std::int64_t slots = std::int64_t(std::max(1, d.sm_count)) * per_sm;
+    const std::int64_t tiles = std::max<std::int64_t>(1, (p.shape.seqlen_k + l.tile_keys - 1) / l.tile_keys);
     const int most = int(std::clamp<std::int64_t>(tiles / kMinTilesPerSplit, 1, kMaxSplits));
-    if (double(base) >= slots * 0.8) return 1;  // the rows alone fill the GPU
-    // Efficiency of s splits: the share of the last wave's slots that work, over all waves.
-    auto efficiency = [&](int s) {
-      const double waves = double(base * s) / slots;
-      return waves / std::ceil(waves);
-    };
-    double best = 0;
-    for (int s = 1; s <= most; ++s) best = std::max(best, efficiency(s));
-    constexpr double kGoodEnough = 0.85;  // fewer splits within this of the best: less combine work
-    for (int s = 1; s <= most; ++s)
-      if (efficiency(s) >= kGoodEnough * best && double(base * s) >= slots * 0.5) return s;
-    return most;
+    int best = 1;
+    double best_cost = 0;
+    for (int s = 1; s <= most; ++s) {
+      const double waves = double((base * s + slots - 1) / slots);
+      const double per_split = double((tiles + s - 1) / s);
+      const double cost = waves * (per_split + kCtaFixedTiles) + (s > 1 ? kMergeTilesPerSplit * s : 0.0);
+      if (s == 1 || cost < best_cost) best = s, best_cost = cost;
+    }
+    return best;
   }
 };
 
