@@ -324,6 +324,12 @@ class Engine::Impl {
       FJ_CU(*drv.value(), cuStreamSynchronize(stream));
       return {};
     };
+    d.zero_async = [](CUdeviceptr p, std::size_t bytes, CUstream stream) -> Status {
+      auto drv = DriverLibrary::get();
+      if (!drv.ok()) return std::move(drv).error();
+      FJ_CU(*drv.value(), cuMemsetD8Async(p, 0, bytes, stream));
+      return {};
+    };
     d.capturing = [](CUstream stream) -> Result<bool> {
       auto drv = DriverLibrary::get();
       if (!drv.ok()) return std::move(drv).error();
@@ -339,7 +345,7 @@ class Engine::Impl {
              const AttentionProblem& problem, CUstream stream) {
     CUdeviceptr workspace = 0;
     if (const std::size_t bytes = plan.family->workspace_bytes(problem, plan.variant, info)) {
-      auto w = workspaces_.get(ctx, stream, bytes);
+      auto w = workspaces_.get(ctx, stream, bytes, plan.family->workspace_zeroed_bytes(problem, plan.variant, info));
       if (!w.ok()) return std::move(w).error().with("variant", plan.variant.name());
       workspace = w.value();
     }

@@ -48,9 +48,15 @@ class KernelFamily {
   virtual std::size_t workspace_bytes(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const {
     return 0;
   }
+  // How many bytes at the start of the workspace must be zero when the plan's kernels start
+  // (counters they take and give back); the engine zeroes them only when needed.
+  virtual std::size_t workspace_zeroed_bytes(const AttentionProblem&, const KernelVariant&,
+                                             const DeviceContextInfo&) const {
+    return 0;
+  }
   // The launches for one call: fills `out` (grids, params) for a validated problem. `workspace`
-  // holds workspace_bytes() bytes (0 when none were asked for). Runs on every call: no
-  // allocation, no driver calls.
+  // holds workspace_bytes() bytes (0 when none were asked for; planning without launching may
+  // pass 0 too). Runs on every call: no allocation, no driver calls.
   virtual Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device,
                       CUdeviceptr workspace, LaunchPlan& out) const = 0;
 };

@@ -177,7 +177,7 @@ Result<double> TuningSession::time(const Tiling& t) {
   if (const std::size_t bytes = family->workspace_bytes(problem_, v, info_)) {
     FJ_CU(*drv_, cuMemAlloc(&workspace, bytes));
     buffers_.push_back(workspace);
-    FJ_CU(*drv_, cuMemsetD8(workspace, 0, bytes));  // workspaces start zeroed (split tickets)
+    FJ_CU(*drv_, cuMemsetD8(workspace, 0, bytes));  // the zeroed prefix the plan's kernels expect
   }
   LaunchPlan plan;
   FJ_TRY(family->plan(problem_, v, info_, workspace, plan));

@@ -14,10 +14,14 @@ WorkspacePool::~WorkspacePool() {
     if (b.ptr) device_.free(b.ptr);
 }
 
-Result<CUdeviceptr> WorkspacePool::get(CUcontext ctx, CUstream stream, std::size_t bytes) {
+Result<CUdeviceptr> WorkspacePool::get(CUcontext ctx, CUstream stream, std::size_t bytes, std::size_t zeroed) {
   std::lock_guard lock(mu_);
   Buffer& b = buffers_[{ctx, stream}];
-  if (b.bytes >= bytes && b.ptr) return b.ptr;
+  if (b.bytes >= bytes && b.ptr) {
+    if (zeroed > b.zero_prefix) FJ_TRY(device_.zero_async(b.ptr, zeroed, stream));
+    b.zero_prefix = zeroed;  // past it, this call's kernels may leave anything
+    return b.ptr;
+  }
   auto capturing = device_.capturing(stream);
   if (!capturing.ok()) return std::move(capturing).error();
   if (capturing.value())
@@ -34,7 +38,7 @@ Result<CUdeviceptr> WorkspacePool::get(CUcontext ctx, CUstream stream, std::size
   const std::size_t grown = (bytes + kGranule - 1) / kGranule * kGranule;
   auto ptr = device_.allocate(grown);
   if (!ptr.ok()) return std::move(ptr).error().with("workspace_bytes", std::to_string(grown));
-  b = {ptr.value(), grown};
+  b = {ptr.value(), grown, zeroed};  // allocate() hands out zeroed memory
   return b.ptr;
 }
 

@@ -1,6 +1,9 @@
 // Device scratch memory the engine owns for plans that ask for it (split-KV partials): one
 // buffer per (context, stream), grown on demand and reused by every later call on that stream.
-// A new buffer starts zeroed (kernels that keep counters in it return them to zero).
+// A call may ask for a zeroed prefix (counters its kernels take and give back, such as split
+// tickets): the pool zeroes it on the stream when the bytes there are not known to be zero, which
+// is only the first time or after another call wrote there. Repeated calls of one shape cost no
+// memset.
 // A stream runs its kernels in order, so reuse within a stream is safe, and two streams never
 // share a buffer. Nothing is allocated on a stream that is being captured into a CUDA graph:
 // the capture gets the stream's existing buffer if it is large enough, else a clear error
@@ -26,6 +29,7 @@ struct WorkspaceDevice {
   std::function<void(CUdeviceptr)> free;
   std::function<Status(CUstream)> synchronize;  // before a buffer in use on the stream is freed
   std::function<Result<bool>(CUstream)> capturing;
+  std::function<Status(CUdeviceptr, std::size_t, CUstream)> zero_async;  // stream-ordered, capturable
 };
 
 class WorkspacePool {
@@ -35,8 +39,10 @@ class WorkspacePool {
   WorkspacePool(const WorkspacePool&) = delete;
   WorkspacePool& operator=(const WorkspacePool&) = delete;
 
-  // At least `bytes` of device memory for work on `stream` of `ctx`.
-  Result<CUdeviceptr> get(CUcontext ctx, CUstream stream, std::size_t bytes);
+  // At least `bytes` of device memory for work on `stream` of `ctx`, whose first `zeroed` bytes
+  // are zero when the stream reaches the caller's kernels. The caller's kernels may write past
+  // `zeroed` and must leave the first `zeroed` bytes zero.
+  Result<CUdeviceptr> get(CUcontext ctx, CUstream stream, std::size_t bytes, std::size_t zeroed = 0);
 
   std::size_t buffers() const;
   std::size_t bytes_held() const;
@@ -45,6 +51,7 @@ class WorkspacePool {
   struct Buffer {
     CUdeviceptr ptr = 0;
     std::size_t bytes = 0;
+    std::size_t zero_prefix = 0;  // bytes at the start known to be zero for the next call
   };
   WorkspaceDevice device_;
   mutable std::mutex mu_;

@@ -18,6 +18,7 @@ struct FakeDevice {
   std::vector<CUstream> synced;
   std::map<CUstream, bool> capturing;
   bool fail_alloc = false;
+  std::vector<std::pair<CUdeviceptr, std::size_t>> zeroed;
 
   WorkspaceDevice device() {
     WorkspaceDevice d;
@@ -34,6 +35,11 @@ struct FakeDevice {
       return {};
     };
     d.capturing = [this](CUstream s) -> Result<bool> { return capturing[s]; };
+    d.zero_async = [this](CUdeviceptr p, std::size_t bytes, CUstream s) -> Status {
+      zeroed.push_back({p, bytes});
+      (void)s;
+      return {};
+    };
     return d;
   }
 };
@@ -86,4 +92,22 @@ TEST_CASE("a captured stream gets its existing workspace, never a new one") {
   auto failed = pool.get(ctx(1), stream(4), 1);
   REQUIRE_FALSE(failed.ok());
   CHECK(failed.error().detail("workspace_bytes").has_value());
+}
+
+TEST_CASE("a zeroed prefix is zeroed on the stream only when the bytes there may not be zero") {
+  FakeDevice dev;
+  WorkspacePool pool(dev.device());
+  const CUdeviceptr p = pool.get(ctx(1), stream(1), 4096, 256).value();  // fresh memory: already zero
+  CHECK(dev.zeroed.empty());
+  CHECK(pool.get(ctx(1), stream(1), 4096, 256).value() == p);  // same prefix: its kernels gave it back
+  CHECK(dev.zeroed.empty());
+  CHECK(pool.get(ctx(1), stream(1), 4096, 64).value() == p);  // a smaller prefix: past 64, now dirty
+  CHECK(dev.zeroed.empty());
+  CHECK(pool.get(ctx(1), stream(1), 4096, 256).value() == p);  // bytes 64..256 were written meanwhile
+  REQUIRE(dev.zeroed.size() == 1);
+  CHECK(dev.zeroed[0] == std::make_pair(p, std::size_t(256)));
+  dev.capturing[stream(1)] = true;  // a stream-ordered memset is fine during a capture
+  CHECK(pool.get(ctx(1), stream(1), 4096, 0).ok());
+  CHECK(pool.get(ctx(1), stream(1), 4096, 512).ok());
+  CHECK(dev.zeroed.size() == 2);
 }

@@ -91,17 +91,20 @@ class DecodeSm80 final : public KernelFamily {
     return {{"flashjit_decode_fwd", layout(v.semantics, v.tiling).smem_bytes}};
   }
 
-  // Partial rows and their LSEs for every split, then the tickets: [lse | o | tickets].
+  // The tickets first (the zeroed prefix), then every split's partial LSEs and rows:
+  // [tickets | lse | o], each part 256-byte aligned.
   struct Workspace {
-    std::size_t rows, lse_offset, o_offset, tickets_offset, bytes;
+    std::size_t tickets_bytes, lse_offset, o_offset, bytes;
   };
   static Workspace workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
+    constexpr std::size_t kAlign = 256;
+    auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
+    const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
     Workspace w{};
-    w.rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
-    w.lse_offset = 0;
-    w.o_offset = w.rows * sizeof(float);
-    w.tickets_offset = w.o_offset + w.rows * std::size_t(v.semantics.head_dim_v) * sizeof(float);
-    w.bytes = w.tickets_offset + std::size_t(p.shape.batch * p.shape.heads_kv * row_blocks(p, v.tiling)) * sizeof(unsigned);
+    w.tickets_bytes = up(std::size_t(p.shape.batch * p.shape.heads_kv * row_blocks(p, v.tiling)) * sizeof(unsigned));
+    w.lse_offset = w.tickets_bytes;
+    w.o_offset = up(w.lse_offset + rows * sizeof(float));
+    w.bytes = w.o_offset + rows * std::size_t(v.semantics.head_dim_v) * sizeof(float);
     return w;
   }
 
@@ -113,6 +116,12 @@ class DecodeSm80 final : public KernelFamily {
   std::size_t workspace_bytes(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
     const int splits = split_count(p, v, d);
     return splits > 1 ? workspace_layout(p, v, splits).bytes : 0;
+  }
+
+  std::size_t workspace_zeroed_bytes(const AttentionProblem& p, const KernelVariant& v,
+                                     const DeviceContextInfo& d) const override {
+    const int splits = split_count(p, v, d);
+    return splits > 1 ? workspace_layout(p, v, splits).tickets_bytes : 0;
   }
 
   Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
@@ -129,12 +138,11 @@ class DecodeSm80 final : public KernelFamily {
     fill_attention_params(p, dp.attn);
     dp.splits = splits;
     dp.row_blocks = int(blocks);
-    if (splits > 1) {
-      if (!workspace) return Error(Code::internal, "decode_sm80 splits its keys but was given no workspace");
+    if (splits > 1 && workspace) {
       const Workspace w = workspace_layout(p, v, splits);
+      dp.tickets = reinterpret_cast<unsigned*>(workspace);
       dp.partial_lse = reinterpret_cast<float*>(workspace + w.lse_offset);
       dp.partial_o = reinterpret_cast<float*>(workspace + w.o_offset);
-      dp.tickets = reinterpret_cast<unsigned*>(workspace + w.tickets_offset);
     }
     return {};
   }
@@ -157,15 +165,20 @@ class DecodeSm80 final : public KernelFamily {
     const std::int64_t slots = std::int64_t(std::max(1, d.sm_count)) * per_sm;
     const std::int64_t tiles = std::max<std::int64_t>(1, (p.shape.seqlen_k + l.tile_keys - 1) / l.tile_keys);
     const int most = int(std::clamp<std::int64_t>(tiles / kMinTilesPerSplit, 1, kMaxSplits));
-    int best = 1;
-    double best_cost = 0;
-    for (int s = 1; s <= most; ++s) {
+    // Within one count of waves more splits only shorten each split: the largest count per wave
+    // count is the one to weigh, a handful of candidates on the dispatch path.
+    auto cost = [&](std::int64_t s) {
       const double waves = double((base * s + slots - 1) / slots);
-      const double per_split = double((tiles + s - 1) / s);
-      const double cost = waves * (per_split + kCtaFixedTiles) + (s > 1 ? kMergeTilesPerSplit * s : 0.0);
-      if (s == 1 || cost < best_cost) best = s, best_cost = cost;
+      return waves * (double((tiles + s - 1) / s) + kCtaFixedTiles) + (s > 1 ? kMergeTilesPerSplit * double(s) : 0.0);
+    };
+    std::int64_t best = 1;
+    double best_cost = cost(1);
+    for (std::int64_t waves = 1;; ++waves) {
+      const std::int64_t s = std::min<std::int64_t>(most, waves * slots / base);
+      if (s > best && cost(s) < best_cost) best = s, best_cost = cost(s);
+      if (s >= most) break;
     }
-    return best;
+    return int(best);
   }
 };
 
