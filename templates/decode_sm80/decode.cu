@@ -8,6 +8,7 @@
 //     still fills the GPU; the last part of a row block to finish merges them in a fixed order
 //     (an atomic ticket picks it), so the call stays one launch.
 #include "common/attention_params.cuh"
+#include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
 #include "decode_sm80/config.cuh"
@@ -75,39 +76,62 @@ FJ_DEVICE void store_elem(Elem* dst, float x) {
   }
 }
 
-// Merges the splits of a row block's rows in split order (deterministic): one warp a row, the
-// sinks added to the denominator. Reads bypass L1: other CTAs wrote the partials.
+// Merges the splits of a row block's rows in split order (deterministic), with the whole CTA: it
+// is the kernel's tail (every other CTA is done), so its loads must not wait on each other. The
+// LSEs go to shared memory, each row's weights are computed once, then every thread sums its
+// output elements over the splits with independent loads. Reads bypass L1: other CTAs wrote them.
 FJ_DEVICE void merge_splits(const FjDecodeParams& dp, const Sequence& seq, int b, int kv_head, int row0, int rows,
-                            int warp, int lane) {
+                            float* smem, int tid) {
   const FjAttentionParams& p = dp.attn;
+  const int splits = dp.splits;
   const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
-  for (int r = warp; r < rows; r += kWarps) {
-    const int row = row0 + r, token = row / p.group, head = kv_head * p.group + row % p.group;
-    const long long at = ((long long)b * p.heads_q + head) * p.seqlen_q + token;
+  auto at = [&](int r) {
+    const int row = row0 + r;
+    return ((long long)b * p.heads_q + kv_head * p.group + row % p.group) * p.seqlen_q + row / p.group;
+  };
+  float* weight = smem;  // [rows][splits]: each split's share of the row, sinks included
+  for (int i = tid; i < rows * splits; i += kThreads)
+    weight[i] = __ldcg(dp.partial_lse + (i % splits) * split_rows + at(i / splits));
+  __syncthreads();
+  if (tid < rows) {
+    float* w = weight + tid * splits;
+    const int row = row0 + tid, token = row / p.group, head = kv_head * p.group + row % p.group;
     float top = neg_inf();
-    for (int s = 0; s < dp.splits; ++s) top = fmaxf(top, __ldcg(dp.partial_lse + s * split_rows + at));
+    for (int s = 0; s < splits; ++s) top = fmaxf(top, w[s]);
     const float sink = kSinks ? p.sinks[head] * kLog2e : neg_inf();
     const float top2 = fmaxf(top, sink);
     float den = kSinks ? exp2_approx(sink - top2) : 0.f;
-    for (int s = 0; s < dp.splits; ++s) {
-      const float l = __ldcg(dp.partial_lse + s * split_rows + at);
-      if (l != neg_inf()) den += exp2_approx(l - top2);
+    for (int s = 0; s < splits; ++s) {
+      w[s] = w[s] == neg_inf() ? 0.f : exp2_approx(w[s] - top2);
+      den += w[s];
     }
-    Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + token) * p.o_stride[1] +
-                head * p.o_stride[2];
-    for (int d = lane; d < kHeadDimV; d += 32) {
-      float acc = 0.f;
-      for (int s = 0; s < dp.splits; ++s) {
-        const float l = __ldcg(dp.partial_lse + s * split_rows + at);
-        if (l != neg_inf()) acc += exp2_approx(l - top2) * __ldcg(dp.partial_o + (s * split_rows + at) * kHeadDimV + d);
-      }
-      store_elem(out + d * p.o_stride[3], den > 0.f ? acc / den : 0.f);
+    const float inv = den > 0.f ? 1.f / den : 0.f;
+    for (int s = 0; s < splits; ++s) w[s] *= inv;
+    if constexpr (kWriteLse)
+      p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] =
+          den > 0.f ? (top2 + log2f(den)) * kLn2 : neg_inf();
+  }
+  __syncthreads();
+  constexpr int kUnroll = 8;  // independent loads in flight per thread
+  for (int i = tid; i < rows * kHeadDimV; i += kThreads) {
+    const int r = i / kHeadDimV, d = i % kHeadDimV;
+    const float* w = weight + r * splits;
+    const float* src = dp.partial_o + at(r) * kHeadDimV + d;
+    const long long step = split_rows * kHeadDimV;
+    float acc = 0.f;
+    int s = 0;
+    for (; s + kUnroll <= splits; s += kUnroll) {
+      float x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) x[u] = __ldcg(src + (s + u) * step);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) acc += w[s + u] * x[u];
     }
-    if constexpr (kWriteLse) {
-      if (lane == 0)
-        p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] =
-            den > 0.f ? (top2 + log2f(den)) * kLn2 : neg_inf();
-    }
+    for (; s < splits; ++s) acc += w[s] * __ldcg(src + s * step);
+    const int row = row0 + r;
+    Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + row / p.group) * p.o_stride[1] +
+                (kv_head * p.group + row % p.group) * p.o_stride[2] + d * p.o_stride[3];
+    store_elem(out, acc);
   }
 }
 
@@ -162,18 +186,25 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
 
   const Elem* gK = kPaged ? nullptr : key_row<false, Elem>(p, p.k, p.k_stride, seq, b, kv_head, 0);
   const Elem* gV = kPaged ? nullptr : key_row<false, Elem>(p, p.v, p.v_stride, seq, b, kv_head, 0);
+  // Paged: the pages of the next tile to copy, fetched a tile ahead (K and V rows share pages but
+  // may be split differently between threads when their head dims differ).
+  TilePages<kTileKeys, kHeadDimQK / kVec, kThreads> k_pages;
+  TilePages<kTileKeys, kHeadDimV / kVec, kThreads> v_pages;
+  auto fetch_pages = [&](int t) {
+    if constexpr (kPaged) {
+      k_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
+      v_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
+    }
+  };
   auto load_kv = [&](int t) {
     Elem* sK = sKV + (t % kStages) * kStageElems;
     const int n0 = (my_first + t) * kTileKeys;
     const int valid = seq.len_k - n0;
     if constexpr (kPaged) {
-      load_rows_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
-          sK, [&](int r) { return key_row<true, Elem>(p, p.k, p.k_stride, seq, b, kv_head, n0 + r); }, p.k_stride[3],
-          valid, tid);
-      load_rows_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK,
-          [&](int r) { return key_row<true, Elem>(p, p.v, p.v_stride, seq, b, kv_head, n0 + r); }, p.v_stride[3],
-          valid, tid);
+      load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
+                                                                                      k_pages, valid, tid);
+      load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
+          sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, v_pages, valid, tid);
     } else {
       load_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], valid, tid);
@@ -183,9 +214,13 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_kv(s);
+    if (s < n_tiles) {
+      fetch_pages(s);
+      load_kv(s);
+    }
     cp_async_commit();  // empty groups keep the wait count uniform
   }
+  if (kStages - 1 < n_tiles) fetch_pages(kStages - 1);
 
   const RowMap rm = map_rows(row0, rows_total, group, kv_head, lane);
   float slope[kRowTiles][2];
@@ -219,7 +254,10 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
           for (int mt = 0; mt < kRowTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, mt * 16, kk, lane);
       }
     }
-    if (t + kStages - 1 < n_tiles) load_kv(t + kStages - 1);
+    if (t + kStages - 1 < n_tiles) {
+      load_kv(t + kStages - 1);
+      if (t + kStages < n_tiles) fetch_pages(t + kStages);  // used by the next iteration's copies
+    }
     cp_async_commit();
 
     // This warp's slice of the tile: keys [warp * kWarpKeys, (warp + 1) * kWarpKeys).
@@ -355,7 +393,7 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
     __syncthreads();
     if (ticket != unsigned(dp.splits - 1)) return;
     __threadfence();  // every other split's partials are visible to the reads below
-    merge_splits(dp, seq, b, kv_head, row0, rows, warp, lane);
+    merge_splits(dp, seq, b, kv_head, row0, rows, reinterpret_cast<float*>(smem_raw), tid);
     if (tid == 0) *my_ticket = 0u;  // ready for the next call (and a graph's next replay)
   }
 }

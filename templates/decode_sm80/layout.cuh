@@ -10,6 +10,10 @@
 
 namespace fj_layout {
 
+// Splits of one row block's keys at most: the merge keeps a weight per (row, split) in shared
+// memory, and more splits than this only add merge traffic.
+constexpr int kMaxDecodeSplits = 128;
+
 struct DecodeLayout {
   int dqk, dv;              // head dims padded to 16 (a 16-bit mma step)
   int stride_qk, stride_v;  // shared row strides of Q/K and V tiles, in elements
@@ -35,7 +39,10 @@ FJ_HOST_DEVICE constexpr DecodeLayout decode_layout(int elem_bytes, int head_dim
   l.stage_elems = l.tile_keys * (l.stride_qk + l.stride_v);
   l.merge_stride = l.dv + 4;  // 4 floats of padding: the 8 row groups of a warp hit distinct banks
   const int mainloop = (l.q_elems + stages * l.stage_elems) * elem_bytes;
-  const int merge = (warps * rows * l.merge_stride + 2 * warps * rows) * 4;
+  // ...and the split merge's weights: rows x splits floats.
+  const int warp_merge = (warps * rows * l.merge_stride + 2 * warps * rows) * 4;
+  const int split_merge = rows * kMaxDecodeSplits * 4;
+  const int merge = warp_merge > split_merge ? warp_merge : split_merge;
   l.smem_bytes = mainloop > merge ? mainloop : merge;
   return l;
 }

@@ -23,7 +23,7 @@ const KnobTable kKnobs{"decode_sm80",
 
 constexpr int kPriority = 50;         // before fa2_sm80: decode shapes are this family's
 constexpr int kMaxQueries = 16;       // per sequence: decode and speculative decoding
-constexpr int kMaxSplits = 128;       // more parts than this only adds combine traffic
+constexpr int kMaxSplits = fj_layout::kMaxDecodeSplits;
 constexpr int kMinTilesPerSplit = 2;  // a split must at least fill its copy pipeline once
 constexpr int kMaxThreadsPerSm = 2048;  // every arch from sm_80 to sm_90
 
