@@ -24,35 +24,17 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fj  # noqa: E402
+import timing  # noqa: E402
 
 WARMUP, REPS = 10, 50
-# Calls between one pair of events: the host's launch latency then overlaps the GPU's work
-# instead of adding to a short kernel's time (a decode call is tens of microseconds).
-CALLS_PER_SAMPLE = 8
 CELLS = [(1, 32, 8, 32768), (16, 32, 8, 4096), (16, 32, 8, 32768), (64, 32, 32, 2048), (128, 64, 8, 8192)]
 D = 128
 
 
-def median_ms(fn, warmup=WARMUP, reps=REPS):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(CALLS_PER_SAMPLE):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / CALLS_PER_SAMPLE)
-    times.sort()
-    return times[len(times) // 2]
-
-
-def best_of(fn, rounds=3):
-    return min(median_ms(fn) for _ in range(rounds))
+def best_of(fn):
+    return timing.best_of_rounds([fn], WARMUP, REPS)[0]
 
 
 def kv_bytes(b, hkv, length):
@@ -150,7 +132,7 @@ def write_md(path, meta, res):
         f.write("# Decode benchmarks\n\n%s; %s; commit %s; PyTorch %s; %s.\n" % (
             meta["device"], meta["date"], meta["commit"], meta["torch"], meta["flashjit"]))
         f.write("One process, CUDA events around %d back-to-back calls, %d warm-up + median of %d samples, best of 3; "
-                "bf16, D = 128, one query token; TB/s of K + V read.\n\n" % (CALLS_PER_SAMPLE, WARMUP, REPS))
+                "bf16, D = 128, one query token; TB/s of K + V read.\n\n" % (timing.CALLS_PER_SAMPLE, WARMUP, REPS))
         f.write("| B | Hq:Hkv | L | flashjit TB/s | SDPA flash TB/s | SDPA cuDNN TB/s | / flash | / cuDNN | rel. L2 |\n")
         f.write("|---|---|---|---|---|---|---|---|---|\n")
         for r in res["cells"]:

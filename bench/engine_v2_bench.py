@@ -30,39 +30,19 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fj  # noqa: E402
+import timing  # noqa: E402
 
 WARMUP, REPS = 5, 25
-# Calls between one pair of events: the host's launch latency (a ctypes call is ~10 us) then
-# overlaps the GPU's work instead of adding to a short kernel's time.
-CALLS_PER_SAMPLE = 8
 
 
-def median_ms(fn, warmup=WARMUP, reps=REPS):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(CALLS_PER_SAMPLE):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / CALLS_PER_SAMPLE)
-    times.sort()
-    return times[len(times) // 2]
+def median_ms(fn):
+    return timing.median_ms(fn, WARMUP, REPS)
 
 
-def best_of_rounds(fns, rounds=3):
-    """Times each function `rounds` times, interleaved (A B A B), and keeps each one's best median:
-    clock drift between the candidates then cancels instead of favouring one."""
-    best = [math.inf] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], median_ms(fn))
-    return best
+def best_of_rounds(fns):
+    return timing.best_of_rounds(fns, WARMUP, REPS)
 
 
 def sdpa_ms(q, k, v, causal, backend):
@@ -203,7 +183,7 @@ def write_md(path, meta, res):
     with open(path, "w") as f:
         f.write("# Engine v2 benchmarks\n\n%s; %s; commit %s (parent %s); PyTorch %s; %s.\n" % (
             meta["device"], meta["date"], meta["commit"], meta["parent_commit"], meta["torch"], meta["flashjit"]))
-        f.write("One process, CUDA events around %d back-to-back calls, %d warm-up + median of %d samples, best of 3 interleaved rounds; random normal inputs.\n\n" % (CALLS_PER_SAMPLE, WARMUP, REPS))
+        f.write("One process, CUDA events around %d back-to-back calls, %d warm-up + median of %d samples, best of 3 interleaved rounds; random normal inputs.\n\n" % (timing.CALLS_PER_SAMPLE, WARMUP, REPS))
         if res.get("grid"):
             f.write("## Prefill grid (TFLOP/s): this commit against its parent, same process\n\n")
             f.write("| dtype | D | S | causal | flashjit | parent | ratio | SDPA flash | SDPA cuDNN | / cuDNN |\n|---|---|---|---|---|---|---|---|---|---|\n")

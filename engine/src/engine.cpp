@@ -344,8 +344,8 @@ class Engine::Impl {
   Status run(const DriverLibrary& drv, CUcontext ctx, const DeviceContextInfo& info, const Plan& plan,
              const AttentionProblem& problem, CUstream stream) {
     CUdeviceptr workspace = 0;
-    if (const std::size_t bytes = plan.family->workspace_bytes(problem, plan.variant, info)) {
-      auto w = workspaces_.get(ctx, stream, bytes, plan.family->workspace_zeroed_bytes(problem, plan.variant, info));
+    if (const KernelFamily::Workspace need = plan.family->workspace(problem, plan.variant, info); need.bytes) {
+      auto w = workspaces_.get(ctx, stream, need.bytes, need.zeroed);
       if (!w.ok()) return std::move(w).error().with("variant", plan.variant.name());
       workspace = w.value();
     }

@@ -35,7 +35,8 @@ class KernelFamily {
   // Families are tried in ascending priority; the first that accepts a problem runs it.
   virtual int priority() const = 0;
   // Why this family cannot serve (arch, semantics, shape), or nullptr when it can. `shape` is
-  // null when compiling ahead of time (any shape). A static string: asked on every call.
+  // null when compiling ahead of time (any shape). The semantics have passed Semantics::check().
+  // A static string: asked on every call.
   virtual const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
   // Structural rules of a tiling (divisibility, ranges); resource limits are checked apart.
   virtual Status check_tiling(const Semantics& s, const Tiling& t) const = 0;
@@ -44,18 +45,16 @@ class KernelFamily {
   virtual std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const = 0;
   // The kernels of a variant's module, in the order launch plans refer to them.
   virtual std::vector<EntryPoint> entry_points(const KernelVariant& v) const = 0;
-  // Device workspace one call needs (split-KV partials); most families need none.
-  virtual std::size_t workspace_bytes(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const {
-    return 0;
-  }
-  // How many bytes at the start of the workspace must be zero when the plan's kernels start
-  // (counters they take and give back); the engine zeroes them only when needed.
-  virtual std::size_t workspace_zeroed_bytes(const AttentionProblem&, const KernelVariant&,
-                                             const DeviceContextInfo&) const {
-    return 0;
-  }
+  // Device workspace one call needs (split-KV partials; most families need none), and how many
+  // bytes at its start must be zero when the plan's kernels start (counters they take and give
+  // back): the engine zeroes them only when needed.
+  struct Workspace {
+    std::size_t bytes = 0;
+    std::size_t zeroed = 0;
+  };
+  virtual Workspace workspace(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const { return {}; }
   // The launches for one call: fills `out` (grids, params) for a validated problem. `workspace`
-  // holds workspace_bytes() bytes (0 when none were asked for; planning without launching may
+  // holds workspace().bytes bytes (0 when none were asked for; planning without launching may
   // pass 0 too). Runs on every call: no allocation, no driver calls.
   virtual Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device,
                       CUdeviceptr workspace, LaunchPlan& out) const = 0;

@@ -174,10 +174,10 @@ Result<double> TuningSession::time(const Tiling& t) {
   auto m = loader_->get(*drv_, ctx_, info_, v);
   if (!m.ok()) return std::move(m).error();
   CUdeviceptr workspace = 0;
-  if (const std::size_t bytes = family->workspace_bytes(problem_, v, info_)) {
+  if (const std::size_t bytes = family->workspace(problem_, v, info_).bytes) {
     FJ_CU(*drv_, cuMemAlloc(&workspace, bytes));
     buffers_.push_back(workspace);
-    FJ_CU(*drv_, cuMemsetD8(workspace, 0, bytes));  // the zeroed prefix the plan's kernels expect
+    FJ_CU(*drv_, cuMemsetD8(workspace, 0, bytes));  // all of it: covers the zeroed prefix the plan's kernels expect
   }
   LaunchPlan plan;
   FJ_TRY(family->plan(problem_, v, info_, workspace, plan));

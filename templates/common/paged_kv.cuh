@@ -8,32 +8,42 @@
 
 namespace fj {
 
-// The rows a thread copies of a kRows x (kChunks accesses) tile, as load_tile_async assigns them,
-// and where each sits: its page's pool row and its slot in the page.
+// The pages of the rows a thread copies of a kRows x (kChunks accesses) tile, as
+// load_tile_async assigns rows to threads. Only the pages are kept (a register a row); the slot
+// in the page is recomputed at copy time, arithmetic rather than a wait.
 template <int kRows, int kChunks, int kThreads>
 struct TilePages {
   static constexpr int kIters = (kRows * kChunks + kThreads - 1) / kThreads;
   int page[kIters];
-  int slot[kIters];
+  int n0;  // the tile's first key
 
   // Issues the table loads for the tile starting at key n0 of sequence b; nothing waits on them
   // until the copies that use them. Entries are clamped to the pools.
-  FJ_DEVICE void fetch(const FjAttentionParams& p, int b, int n0, int tid) {
+  FJ_DEVICE void fetch(const FjAttentionParams& p, int b, int tile_key, int tid) {
     const int* row = p.block_table + b * p.table_stride;
+    n0 = tile_key;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int key = n0 + (it * kThreads + tid) / kChunks;
-      const int entry = min(key / p.page_size, p.max_pages - 1);
-      page[it] = min(max(row[entry], 0), p.num_pages - 1);
-      slot[it] = key - (key / p.page_size) * p.page_size;
+      page[it] = min(max(row[min(key / p.page_size, p.max_pages - 1)], 0), p.num_pages - 1);
     }
   }
 };
 
+// The address of key `key` of sequence b's head `kv_head` in a paged pool (element strides `st`),
+// the table read on the spot: for copies that keep no page list.
+template <typename Elem>
+FJ_DEVICE const Elem* paged_row(const FjAttentionParams& p, const void* pool, const long long (&st)[4], int b,
+                                int kv_head, int key) {
+  const int entry = key / p.page_size;
+  const int page = min(max(p.block_table[b * p.table_stride + min(entry, p.max_pages - 1)], 0), p.num_pages - 1);
+  return static_cast<const Elem*>(pool) + page * st[0] + (key - entry * p.page_size) * st[1] + kv_head * st[2];
+}
+
 // load_tile_async over a paged pool (element strides `st`: page, slot, head, dim) with the pages
 // fetched for this tile. Rows past rows_valid (>= 1) become zeros.
 template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
-FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long long (&st)[4], int kv_head,
+FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long long (&st)[4], int kv_head, int page_size,
                                      const TilePages<kRows, kCols / kVec, kThreads>& pages, int rows_valid, int tid) {
   constexpr int kChunks = kCols / kVec;
   constexpr int kBytes = kVec * int(sizeof(Elem));
@@ -48,7 +58,8 @@ FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long lo
     const bool inside = r < rows_valid;
     Elem* dst = smem + r * kSmemStride + c;
     // Outside rows read nothing; their source only has to be an address (the pool's start).
-    const Elem* src = inside ? base + pages.page[it] * st[0] + pages.slot[it] * st[1] + c * (kVec == 1 ? st[3] : 1)
+    const int key = pages.n0 + r;
+    const Elem* src = inside ? base + pages.page[it] * st[0] + (key % page_size) * st[1] + c * (kVec == 1 ? st[3] : 1)
                              : base;
     if constexpr (kBytes >= 4) {
       cp_async<kBytes>(dst, src, inside ? kBytes : 0);

@@ -49,18 +49,11 @@ FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
   return s;
 }
 
-// The address of key `key` of sequence b's head `kv_head` in k or v (element strides `st`):
-// through the block table when paged (entries clamped to the pools), else a strided row.
-template <bool kIsPaged, typename Elem>
-FJ_DEVICE const Elem* key_row(const FjAttentionParams& p, const void* base, const long long (&st)[4], const Sequence& s,
-                              int b, int kv_head, int key) {
-  if constexpr (kIsPaged) {
-    const int slot = key / p.page_size;
-    const int page = min(max(p.block_table[b * p.table_stride + slot], 0), p.num_pages - 1);
-    return static_cast<const Elem*>(base) + page * st[0] + (key - slot * p.page_size) * st[1] + kv_head * st[2];
-  } else {
-    return static_cast<const Elem*>(base) + s.batch * st[0] + (s.k_start + key) * st[1] + kv_head * st[2];
-  }
+// The address of key `key` of sequence s's head `kv_head` in a contiguous k or v (element strides
+// `st`); paged caches go through common/paged_kv.cuh.
+template <typename Elem>
+FJ_DEVICE const Elem* key_row(const void* base, const long long (&st)[4], const Sequence& s, int kv_head, int key) {
+  return static_cast<const Elem*>(base) + s.batch * st[0] + (s.k_start + key) * st[1] + kv_head * st[2];
 }
 
 // Keys [lo, hi) that query rows [m0, m0 + rows) may see under the causal mask and the sliding

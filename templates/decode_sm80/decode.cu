@@ -184,16 +184,18 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
       p.q_stride[3], rows, tid);
   cp_async_commit();
 
-  const Elem* gK = kPaged ? nullptr : key_row<false, Elem>(p, p.k, p.k_stride, seq, b, kv_head, 0);
-  const Elem* gV = kPaged ? nullptr : key_row<false, Elem>(p, p.v, p.v_stride, seq, b, kv_head, 0);
+  const Elem* gK = kPaged ? nullptr : key_row<Elem>(p.k, p.k_stride, seq, kv_head, 0);
+  const Elem* gV = kPaged ? nullptr : key_row<Elem>(p.v, p.v_stride, seq, kv_head, 0);
   // Paged: the pages of the next tile to copy, fetched a tile ahead (K and V rows share pages but
   // may be split differently between threads when their head dims differ).
   TilePages<kTileKeys, kHeadDimQK / kVec, kThreads> k_pages;
   TilePages<kTileKeys, kHeadDimV / kVec, kThreads> v_pages;
+  // Equal head dims split K and V rows alike between threads: one list serves both.
+  constexpr bool kSharedPages = kHeadDimQK == kHeadDimV;
   auto fetch_pages = [&](int t) {
     if constexpr (kPaged) {
       k_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
-      v_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
+      if constexpr (!kSharedPages) v_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
     }
   };
   auto load_kv = [&](int t) {
@@ -202,9 +204,13 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
     const int valid = seq.len_k - n0;
     if constexpr (kPaged) {
       load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
-                                                                                      k_pages, valid, tid);
-      load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, v_pages, valid, tid);
+                                                                                      p.page_size, k_pages, valid, tid);
+      if constexpr (kSharedPages)
+        load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
+            sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, p.page_size, k_pages, valid, tid);
+      else
+        load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
+            sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, p.page_size, v_pages, valid, tid);
     } else {
       load_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], valid, tid);

@@ -4,6 +4,7 @@
 // of kStages shared buffers, keeping the output and the softmax statistics in registers. Key
 // tiles a causal mask or a sliding window hides from every row of the CTA are never loaded.
 #include "common/attention_params.cuh"
+#include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
 #include "fa2_sm80/gemm.cuh"
@@ -112,15 +113,15 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
     Elem* sK = sKV + (t % kStages) * kStageElems;
     const int n0 = (first_tile + t) * kBlockN;
     const int rows = seq.len_k - n0;
-    if constexpr (kPaged) {  // each key row through the block table
+    if constexpr (kPaged) {
+      // Pages looked up as each row is copied: this family's warps have no registers to spare
+      // for a list fetched ahead (decode_sm80 has, and does).
       const int b = blockIdx.z;
       load_rows_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
-          sK, [&](int r) { return key_row<true, Elem>(p, p.k, p.k_stride, seq, b, kv_head, n0 + r); },
-          p.k_stride[3], rows, tid);
+          sK, [&](int r) { return paged_row<Elem>(p, p.k, p.k_stride, b, kv_head, n0 + r); }, p.k_stride[3], rows, tid);
       load_rows_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kBlockN * kStrideQK,
-          [&](int r) { return key_row<true, Elem>(p, p.v, p.v_stride, seq, b, kv_head, n0 + r); }, p.v_stride[3],
-          rows, tid);
+          sK + kBlockN * kStrideQK, [&](int r) { return paged_row<Elem>(p, p.v, p.v_stride, b, kv_head, n0 + r); },
+          p.v_stride[3], rows, tid);
     } else {
       load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], rows, tid);

@@ -41,9 +41,8 @@ class DecodeSm80 final : public KernelFamily {
   const char* entry_template() const override { return "decode_sm80/decode.cu"; }
   int priority() const override { return kPriority; }
 
-  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
+  const char* refusal(const Arch& arch, const Semantics&, const ProblemShape* shape) const override {
     if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
-    if (!s.check().ok()) return "the semantics are out of range";
     if (shape && shape->seqlen_q > kMaxQueries) return "more than 16 queries per sequence: a prefill shape";
     return nullptr;
   }
@@ -95,14 +94,14 @@ class DecodeSm80 final : public KernelFamily {
 
   // The tickets first (the zeroed prefix), then every split's partial LSEs and rows:
   // [tickets | lse | o], each part 256-byte aligned.
-  struct Workspace {
+  struct SplitLayout {
     std::size_t tickets_bytes, lse_offset, o_offset, bytes;
   };
-  static Workspace workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
+  static SplitLayout workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
     constexpr std::size_t kAlign = 256;
     auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };
     const std::size_t rows = std::size_t(splits) * std::size_t(p.shape.batch * p.shape.heads_q * p.shape.seqlen_q);
-    Workspace w{};
+    SplitLayout w{};
     w.tickets_bytes = up(std::size_t(p.shape.batch * p.shape.heads_kv * row_blocks(p, v.tiling)) * sizeof(unsigned));
     w.lse_offset = w.tickets_bytes;
     w.o_offset = up(w.lse_offset + rows * sizeof(float));
@@ -115,15 +114,11 @@ class DecodeSm80 final : public KernelFamily {
     return (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
   }
 
-  std::size_t workspace_bytes(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
+  Workspace workspace(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
     const int splits = split_count(p, v, d);
-    return splits > 1 ? workspace_layout(p, v, splits).bytes : 0;
-  }
-
-  std::size_t workspace_zeroed_bytes(const AttentionProblem& p, const KernelVariant& v,
-                                     const DeviceContextInfo& d) const override {
-    const int splits = split_count(p, v, d);
-    return splits > 1 ? workspace_layout(p, v, splits).tickets_bytes : 0;
+    if (splits <= 1) return {};
+    const SplitLayout w = workspace_layout(p, v, splits);
+    return {w.bytes, w.tickets_bytes};
   }
 
   Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
@@ -141,7 +136,7 @@ class DecodeSm80 final : public KernelFamily {
     dp.splits = splits;
     dp.row_blocks = int(blocks);
     if (splits > 1 && workspace) {
-      const Workspace w = workspace_layout(p, v, splits);
+      const SplitLayout w = workspace_layout(p, v, splits);
       dp.tickets = reinterpret_cast<unsigned*>(workspace);
       dp.partial_lse = reinterpret_cast<float*>(workspace + w.lse_offset);
       dp.partial_o = reinterpret_cast<float*>(workspace + w.o_offset);
