@@ -204,13 +204,10 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
     const int valid = seq.len_k - n0;
     if constexpr (kPaged) {
       load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
-                                                                                      p.page_size, k_pages, valid, tid);
-      if constexpr (kSharedPages)
-        load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-            sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, p.page_size, k_pages, valid, tid);
-      else
-        load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-            sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, p.page_size, v_pages, valid, tid);
+                                                                                      k_pages, valid, tid);
+      load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
+          sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, pages_for_v<kSharedPages>(k_pages, v_pages), valid,
+          tid);
     } else {
       load_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], valid, tid);

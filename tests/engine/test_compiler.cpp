@@ -87,10 +87,12 @@ void set_feature(Semantics& s, int which) {
     case 2: s.softcap = true; break;
     case 3: s.alibi = true; break;
     case 4: s.sinks = true; break;
-    default: s.varlen = s.window = s.softcap = s.alibi = s.sinks = true;
+    case 5: s.kv_lens = true; break;
+    case 6: s.paged = true; break;
+    default: s.varlen = s.window = s.softcap = s.alibi = s.sinks = s.kv_lens = s.paged = true;
   }
 }
-constexpr int kFeatureCases = 6;
+constexpr int kFeatureCases = 8;
 
 }  // namespace
 
@@ -111,7 +113,7 @@ TEST_CASE("NVRTC compiles every dtype x head dim (odd ones too) x mask x GQA/LSE
   compile_all(jobs, "semantics matrix");
 }
 
-TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi and sinks, alone and together, with every dtype and mask") {
+TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi, sinks, kv_lens and paged, alone and together, every dtype and mask") {
   std::vector<std::pair<KernelVariant, Arch>> jobs;
   for (const char* arch_name : kArchs) {
     const Arch arch = Arch::parse(arch_name).value();
@@ -124,10 +126,17 @@ TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi and sinks, alone and to
           set_feature(s, which);
           add_for_families(jobs, arch, s);
         }
-    // Everything at once with unequal head dims and tf32.
+    // Everything at once with unequal head dims (K and V rows then split differently between
+    // threads), in tf32 and in bf16; and paged alone with unequal head dims.
     Semantics s = sem(DType::f32, 192, 128, Mask::causal, true, true, 4, Fp32Math::tf32);
     set_feature(s, kFeatureCases - 1);
     add_for_families(jobs, arch, s);
+    Semantics b = sem(DType::bf16, 192, 128, Mask::none, true, false, 8);
+    set_feature(b, kFeatureCases - 1);
+    add_for_families(jobs, arch, b);
+    Semantics pg = sem(DType::f16, 192, 128, Mask::causal, true, true, 8);
+    pg.paged = true;
+    add_for_families(jobs, arch, pg);
   }
   compile_all(jobs, "engine v2 semantics");
 }
