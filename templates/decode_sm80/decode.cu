@@ -11,7 +11,6 @@
 #include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
-#include "decode_sm80/bulk_kv.cuh"
 #include "decode_sm80/config.cuh"
 #include "decode_sm80/params.cuh"
 
@@ -19,21 +18,6 @@ namespace fj::dec {
 
 constexpr float kLog2e = 1.44269504089f;
 constexpr float kLn2 = 0.69314718056f;
-
-// Experiment (FLASHJIT_NVRTC_OPTIONS=-DFJ_DECODE_EARLY_ISSUE=1): a tile's copies start before
-// the previous tile is waited for, at the cost of a second CTA barrier a tile.
-#ifndef FJ_DECODE_EARLY_ISSUE
-#define FJ_DECODE_EARLY_ISSUE 0
-#endif
-constexpr bool kEarlyIssue = FJ_DECODE_EARLY_ISSUE;
-
-// K and V rows by the bulk copy engine (sm_90, rows of whole 16-byte chunks), when turned on.
-constexpr bool kBulk = FJ_DECODE_BULK && kArchHasBulkCopy && kVec * int(sizeof(Elem)) == 16;
-// Its state, declared by every variant but only a real type where it is used: variants without
-// bulk copies compile exactly as they did before the experiment.
-struct NoBulk {};
-template <bool kOn, class T> struct BulkOnly { using type = T; };
-template <class T> struct BulkOnly<false, T> { using type = NoBulk; };
 
 // The (token, query head) of each row a thread holds: rows g and g+8 of every 16-row tile.
 struct RowMap {
@@ -151,10 +135,12 @@ FJ_DEVICE void merge_splits(const FjDecodeParams& dp, const Sequence& seq, int b
   }
 }
 
-// One CTA's work (the kernel's body), a template on kUseBulk so the copy path not taken is never
-// instantiated.
-template <bool kUseBulk>
-FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
+}  // namespace fj::dec
+
+extern "C" __global__ void __launch_bounds__(fj::dec::kThreads)
+flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
+  using namespace fj;
+  using namespace fj::dec;
   const FjAttentionParams& p = dp.attn;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
@@ -182,11 +168,6 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
   const int my_first = first_tile + split * per_split;
   const int n_tiles = max(0, min(per_split, all_tiles - split * per_split));
 
-  typename BulkOnly<kUseBulk, BulkRing<kStages>>::type ring;
-  if constexpr (kUseBulk) {
-    ring.init(tid);
-    __syncthreads();
-  }
   zero_columns<Elem, kRows, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
   for (int s = 0; s < kStages; ++s) {
     zero_columns<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kThreads>(sKV + s * kStageElems, tid);
@@ -211,12 +192,8 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
   TilePages<kTileKeys, kHeadDimV / kVec, kThreads> v_pages;
   // Equal head dims split K and V rows alike between threads: one list serves both.
   constexpr bool kSharedPages = kHeadDimQK == kHeadDimV;
-  typename BulkOnly<kUseBulk, BulkKvTiles<Elem, kTileKeys, kHeadDimQK, kHeadDimV, kStrideQK, kStrideV, kThreads>>::type
-      bulk_pages;
   auto fetch_pages = [&](int t) {
-    if constexpr (kPaged && kUseBulk) {
-      bulk_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
-    } else if constexpr (kPaged) {
+    if constexpr (kPaged) {
       k_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
       if constexpr (!kSharedPages) v_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
     }
@@ -225,10 +202,7 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
     Elem* sK = sKV + (t % kStages) * kStageElems;
     const int n0 = (my_first + t) * kTileKeys;
     const int valid = seq.len_k - n0;
-    if constexpr (kUseBulk) {
-      bulk_pages.template load<kPaged>(sK, ring, t, p, kv_head, kPaged ? nullptr : gK + n0 * p.k_stride[1],
-                                       kPaged ? nullptr : gV + n0 * p.v_stride[1], valid, tid);
-    } else if constexpr (kPaged) {
+    if constexpr (kPaged) {
       load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
                                                                                       k_pages, valid, tid);
       load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
@@ -273,20 +247,7 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kRowTiles][4];
 
   for (int t = 0; t < n_tiles; ++t) {
-    if constexpr (kEarlyIssue) {
-      // The stage tile t+kStages-1 takes held tile t-1: once every warp is past it, the copies
-      // start before tile t is waited for, so kStages tiles are in flight during the wait.
-      __syncthreads();
-      if (t + kStages - 1 < n_tiles) {
-        load_kv(t + kStages - 1);
-        if (t + kStages < n_tiles) fetch_pages(t + kStages);
-      }
-      cp_async_commit();
-      cp_async_wait<kStages - 1>();
-    } else {
-      cp_async_wait<kStages - 2>();  // bulk copies too: the query rows came by cp.async
-    }
-    if constexpr (kUseBulk) ring.wait(t);
+    cp_async_wait<kStages - 2>();
     __syncthreads();
     if constexpr (kQInRegisters) {
       if (t == 0) {
@@ -296,13 +257,11 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
           for (int mt = 0; mt < kRowTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, mt * 16, kk, lane);
       }
     }
-    if constexpr (!kEarlyIssue) {
-      if (t + kStages - 1 < n_tiles) {
-        load_kv(t + kStages - 1);
-        if (t + kStages < n_tiles) fetch_pages(t + kStages);  // used by the next iteration's copies
-      }
-      cp_async_commit();
+    if (t + kStages - 1 < n_tiles) {
+      load_kv(t + kStages - 1);
+      if (t + kStages < n_tiles) fetch_pages(t + kStages);  // used by the next iteration's copies
     }
+    cp_async_commit();
 
     // This warp's slice of the tile: keys [warp * kWarpKeys, (warp + 1) * kWarpKeys).
     const Elem* sK = sKV + (t % kStages) * kStageElems + warp * kWarpKeys * kStrideQK;
@@ -440,11 +399,4 @@ FJ_DEVICE void decode_cta(const FjDecodeParams& dp) {
     merge_splits(dp, seq, b, kv_head, row0, rows, reinterpret_cast<float*>(smem_raw), tid);
     if (tid == 0) *my_ticket = 0u;  // ready for the next call (and a graph's next replay)
   }
-}
-
-}  // namespace fj::dec
-
-extern "C" __global__ void __launch_bounds__(fj::dec::kThreads)
-flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
-  fj::dec::decode_cta<fj::dec::kBulk>(dp);
 }
