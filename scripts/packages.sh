@@ -1,6 +1,6 @@
 # Sourced by the scripts. The Debian packages every build needs, and ensure_packages PKG...,
 # which installs those that are missing.
-build_packages=(cmake ninja-build g++ nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev)
+build_packages=(cmake ninja-build g++ nlohmann-json3-dev doctest-dev libcli11-dev libxxhash-dev python3)
 
 ensure_packages() {
   local missing=() p

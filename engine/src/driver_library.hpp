@@ -32,7 +32,9 @@ namespace flashjit {
   X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)                \
   /* graph capture: the GPU tests and benchmarks replay forward() from graphs */                 \
   X(cuStreamBeginCapture, 10010) X(cuStreamEndCapture, 10000) X(cuGraphInstantiateWithFlags, 11040) \
-  X(cuGraphLaunch, 10000) X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000)
+  X(cuGraphLaunch, 10000) X(cuGraphDestroy, 10000) X(cuGraphExecDestroy, 10000)                \
+  /* TMA tensor maps (sm_90): encoded on the host, passed as kernel parameters */              \
+  X(cuTensorMapEncodeTiled, 12000)
 
 // Names the driver library to load instead of libcuda.so.1.
 inline constexpr const char* kLibcudaPathEnv = "FLASHJIT_LIBCUDA_PATH";

@@ -1,0 +1,91 @@
+#include "tma_map.hpp"
+
+#include "driver_library.hpp"
+
+namespace flashjit {
+namespace {
+
+// Bytes of a box row each swizzle pattern covers at most.
+std::uint64_t swizzle_span(TmaSwizzle s) {
+  switch (s) {
+    case TmaSwizzle::b32: return 32;
+    case TmaSwizzle::b64: return 64;
+    case TmaSwizzle::b128: return 128;
+    case TmaSwizzle::none: break;
+  }
+  return 0;
+}
+
+CUtensorMapSwizzle driver_swizzle(TmaSwizzle s) {
+  switch (s) {
+    case TmaSwizzle::b32: return CU_TENSOR_MAP_SWIZZLE_32B;
+    case TmaSwizzle::b64: return CU_TENSOR_MAP_SWIZZLE_64B;
+    case TmaSwizzle::b128: return CU_TENSOR_MAP_SWIZZLE_128B;
+    case TmaSwizzle::none: break;
+  }
+  return CU_TENSOR_MAP_SWIZZLE_NONE;
+}
+
+}  // namespace
+
+TmaView tma_view(const char* name, const void* data, const std::int64_t* shape, const std::int64_t* stride, int rank,
+                 int elem_bytes) {
+  TmaView v;
+  v.name = name;
+  v.data = data;
+  v.elem_bytes = elem_bytes;
+  if (rank < 1 || rank > kTmaMaxRank || stride[rank - 1] != 1) return v;  // rank 0: refused, with the reason
+  v.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    const int from = rank - 1 - i;  // innermost first
+    v.dims[i] = shape[from] < 0 ? 0 : std::uint64_t(shape[from]);
+    if (i > 0) v.strides[i - 1] = stride[from] < 0 ? 0 : std::uint64_t(stride[from]) * std::uint64_t(elem_bytes);
+    v.box[i] = 1;
+  }
+  return v;
+}
+
+std::string tma_refusal(const TmaView& v) {
+  const std::string who = std::string("TMA cannot address ") + v.name + ": ";
+  if (v.rank < 1 || v.rank > kTmaMaxRank)
+    return who + "its innermost dim must be contiguous (stride 1) in a view of 1 to 5 dims";
+  if (v.elem_bytes != 1 && v.elem_bytes != 2 && v.elem_bytes != 4 && v.elem_bytes != 8)
+    return who + "elements must be 1, 2, 4 or 8 bytes";
+  if (reinterpret_cast<std::uintptr_t>(v.data) % kTmaAlign != 0) return who + "its address must be 16-byte aligned";
+  for (int i = 0; i < v.rank; ++i) {
+    const std::string dim = "dim " + std::to_string(i) + " (0 is innermost)";
+    if (v.dims[i] == 0 || v.dims[i] > kTmaMaxDim) return who + dim + " must hold 1 to 2^32 elements";
+    if (v.box[i] == 0 || v.box[i] > kTmaMaxBox) return who + "the box along " + dim + " must be 1 to 256 elements";
+    if (i > 0 && (v.strides[i - 1] % kTmaAlign != 0 || v.strides[i - 1] >= kTmaMaxStride))
+      return who + "the stride of " + dim + " (" + std::to_string(v.strides[i - 1]) +
+             " bytes) must be a multiple of 16 bytes below 2^40";
+  }
+  const std::uint64_t row = std::uint64_t(v.box[0]) * std::uint64_t(v.elem_bytes);
+  if (row % kTmaAlign != 0) return who + "a box row (" + std::to_string(row) + " bytes) must be a multiple of 16 bytes";
+  if (v.swizzle != TmaSwizzle::none && row > swizzle_span(v.swizzle))
+    return who + "a box row (" + std::to_string(row) + " bytes) must fit the swizzle span (" +
+           std::to_string(swizzle_span(v.swizzle)) + " bytes)";
+  return "";
+}
+
+Result<CUtensorMap> encode_tma_map(const TmaView& v) {
+  if (std::string why = tma_refusal(v); !why.empty()) return Error(Code::invalid_argument, why);
+  auto drv_r = DriverLibrary::get();
+  if (!drv_r.ok()) return std::move(drv_r).error();
+  const DriverLibrary& drv = *drv_r.value();
+  CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  switch (v.elem_bytes) {
+    case 1: type = CU_TENSOR_MAP_DATA_TYPE_UINT8; break;
+    case 4: type = CU_TENSOR_MAP_DATA_TYPE_UINT32; break;
+    case 8: type = CU_TENSOR_MAP_DATA_TYPE_UINT64; break;
+    default: break;  // 2: f16 and bf16 move as 16-bit words
+  }
+  cuuint32_t element_strides[kTmaMaxRank] = {1, 1, 1, 1, 1};
+  CUtensorMap map;
+  FJ_CU(drv, cuTensorMapEncodeTiled(&map, type, cuuint32_t(v.rank), const_cast<void*>(v.data), v.dims, v.strides,
+                                    v.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, driver_swizzle(v.swizzle),
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return map;
+}
+
+}  // namespace flashjit
