@@ -4,6 +4,7 @@
 // N-major (one and two swizzle atoms wide), each checked against a CPU product. The accumulator
 // layout each thread writes back is the one the attention kernels will assume.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 
@@ -20,11 +21,14 @@ constexpr int kM = 64, kK = 64;  // one warpgroup's rows; four 16-deep k-steps
 using test_support::kWgmmaProbe;
 
 
-struct alignas(64) HostParams {
+// The kernel's Params as the host lays it out: the same offsets (cuda.h aligns CUtensorMap to 128
+// bytes, the kernel's type to 64; four maps fill 512 bytes either way).
+struct HostParams {
   CUtensorMap a, b, c, e;
   const void* a_raw;
   float* out;
 };
+static_assert(offsetof(HostParams, a_raw) == 512, "the pointers follow the four tensor maps");
 
 std::uint16_t to_bf16(float x) {
   std::uint32_t u;
