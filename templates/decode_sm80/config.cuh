@@ -7,20 +7,14 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/variant_types.cuh"
 #include "common/warp_gemm_sm80.cuh"
 #include "decode_sm80/layout.cuh"
 
 namespace fj::dec {
 
 using namespace fj::cfg;
-
-constexpr bool k16Bit = kDtype != 2;   // DType::f32 on the host
-constexpr bool kCausal = kMask == 1;   // Mask::causal
-constexpr bool kTf32 = kFp32Math == 1;  // Fp32Math::tf32
-constexpr bool kScoresInLog2 = kSoftcap;
-template <bool kIs16> struct ElemOf { using type = unsigned short; };
-template <> struct ElemOf<false> { using type = float; };
-using Elem = typename ElemOf<k16Bit>::type;
+using namespace fj::var;
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16 * kRowTiles;  // rows of a CTA: whole 16-row mma tiles

@@ -2,11 +2,7 @@
 // needs the byte count to launch and to prune tilings without a GPU): one definition.
 #pragma once
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define FJ_HOST_DEVICE __host__ __device__
-#else
-#define FJ_HOST_DEVICE
-#endif
+#include "common/host_device.cuh"
 
 namespace fj_layout {
 

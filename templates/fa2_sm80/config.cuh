@@ -3,23 +3,13 @@
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/variant_types.cuh"
 #include "fa2_sm80/layout.cuh"
 
 namespace fj::fa2 {
 
 using namespace fj::cfg;
-
-enum : int { kF16 = 0, kBF16 = 1, kF32 = 2 };  // DType on the host
-constexpr bool k16Bit = kDtype != kF32;
-constexpr bool kCausal = kMask == 1;   // Mask::causal
-constexpr bool kTf32 = kFp32Math == 1;  // Fp32Math::tf32
-// Scores leave a softcap in log2 units; otherwise the softmax scale (in log2 units) is applied
-// inside the exponent.
-constexpr bool kScoresInLog2 = kSoftcap;
-// Elements are moved as raw bits: 16-bit types as unsigned short, fp32 as float.
-template <bool kIs16> struct ElemOf { using type = unsigned short; };
-template <> struct ElemOf<false> { using type = float; };
-using Elem = typename ElemOf<k16Bit>::type;
+using namespace fj::var;
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = kBlockM / kWarps;
