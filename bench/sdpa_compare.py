@@ -19,22 +19,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit_ctypes as fj  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
 
 
 def median_ms(fn, warmup=5, reps=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+    # One call per event pair, as this table has always been timed (prefill calls run 0.1 ms
+    # and more, where a ctypes call's host latency does not show).
+    return timing.median_ms(fn, warmup, reps, calls=1)
 
 
 def flops(b, h, s, d, causal):

@@ -100,4 +100,29 @@ inline void check_one(const tools::AttentionCase& c) {
   }
 }
 
+// One forward() of a warm variant captured on `stream` into an instantiated graph, freed with it.
+struct CapturedForward {
+  const DriverLibrary* drv = nullptr;
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CapturedForward() = default;
+  CapturedForward(const CapturedForward&) = delete;
+  CapturedForward& operator=(const CapturedForward&) = delete;
+  ~CapturedForward() {
+    if (exec) drv->cuGraphExecDestroy(exec);
+    if (graph) drv->cuGraphDestroy(graph);
+  }
+};
+
+inline void capture_forward(const tools::AttentionCase& c, CUstream stream, CapturedForward& out) {
+  Fixture& f = Fixture::get();
+  const DriverLibrary& drv = f.gpu.driver();
+  out.drv = &drv;
+  REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  auto st = f.engine->forward(c.args(), stream);
+  REQUIRE(drv.cuStreamEndCapture(stream, &out.graph) == CUDA_SUCCESS);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+  REQUIRE(drv.cuGraphInstantiateWithFlags(&out.exec, out.graph, 0) == CUDA_SUCCESS);
+}
+
 }  // namespace flashjit::gpu_test

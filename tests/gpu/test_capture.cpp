@@ -56,24 +56,17 @@ TEST_CASE("a warm variant captures into a graph that replays with new inputs") {
     REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
 
     const auto before = f.engine->stats();
-    REQUIRE(drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
-    auto st = f.engine->forward(c->args(), stream);
-    CUgraph graph = nullptr;
-    REQUIRE(drv.cuStreamEndCapture(stream, &graph) == CUDA_SUCCESS);
-    REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-    CUgraphExec exec = nullptr;
-    REQUIRE(drv.cuGraphInstantiateWithFlags(&exec, graph, 0) == CUDA_SUCCESS);
+    gpu_test::CapturedForward graph;
+    gpu_test::capture_forward(c.value(), stream, graph);
     CHECK(f.engine->stats().compiles == before.compiles);
 
     for (std::uint64_t round = 0; round < 3; ++round) {
       REQUIRE(c->refill(7000 + round).ok());  // new values in the same buffers
       REQUIRE(c->poison().ok());
-      REQUIRE(drv.cuGraphLaunch(exec, stream) == CUDA_SUCCESS);
+      REQUIRE(drv.cuGraphLaunch(graph.exec, stream) == CUDA_SUCCESS);
       REQUIRE(drv.cuStreamSynchronize(stream) == CUDA_SUCCESS);
       check_case(c.value());
     }
-    drv.cuGraphExecDestroy(exec);
-    drv.cuGraphDestroy(graph);
   }
   drv.cuStreamDestroy(stream);
 }
