@@ -6,6 +6,7 @@ namespace flashjit {
 
 const KernelFamily& fa2_sm80_family();
 const KernelFamily& decode_sm80_family();
+const KernelFamily& fa3_sm90_family();
 
 int arch_smem_limit(const Arch& arch) {
   // Opt-in dynamic shared memory per block, from the CUDA programming guide's tables.
@@ -19,7 +20,7 @@ int arch_smem_limit(const Arch& arch) {
 
 const std::vector<const KernelFamily*>& kernel_families() {
   static const std::vector<const KernelFamily*> families = [] {
-    std::vector<const KernelFamily*> f{&fa2_sm80_family(), &decode_sm80_family()};
+    std::vector<const KernelFamily*> f{&fa2_sm80_family(), &decode_sm80_family(), &fa3_sm90_family()};
     std::stable_sort(f.begin(), f.end(), [](auto* a, auto* b) { return a->priority() < b->priority(); });
     return f;
   }();

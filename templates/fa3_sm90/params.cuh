@@ -1,0 +1,17 @@
+// Kernel arguments of the fa3_sm90 family: the common attention params plus one TMA tensor map
+// per input, encoded by the host's launch plan. Shared verbatim by the host and NVRTC.
+#pragma once
+
+#include "common/attention_params.cuh"
+
+// CUtensorMap's size and alignment, without cuda.h (the host static_asserts they agree).
+struct alignas(64) FjTensorMap {
+  unsigned long long words[16];
+};
+
+struct FjFa3Params {
+  FjAttentionParams attn;
+  FjTensorMap q_map;  // [batch, seq, head, dim] boxes of 64 dims x 64 query rows of one head
+  FjTensorMap k_map;  // boxes of 64 dims x BLOCK_N keys of one key/value head
+  FjTensorMap v_map;
+};
