@@ -13,6 +13,7 @@
 #include "common/sequence.cuh"
 #include "common/sm90/async_copy.cuh"
 #include "common/sm90/wgmma.cuh"
+#include "common/variant_types.cuh"
 #include "fa3_sm90/layout.cuh"
 #include "fa3_sm90/params.cuh"
 
@@ -20,9 +21,9 @@ namespace fj::fa3 {
 
 using namespace fj::cfg;
 using namespace fj::sm90;
+using namespace fj::var;
 
-constexpr bool kBf16 = kDtype == 1;    // DType::bf16 on the host (f16 otherwise; fp32 is refused)
-constexpr bool kCausal = kMask == 1;   // Mask::causal
+constexpr bool kBf16 = kDtype == kBF16;  // f16 otherwise: the host refuses fp32
 constexpr int kD = kHeadDimQK;         // == kHeadDimV, a multiple of 64 (the host refuses others)
 constexpr int kAtoms = kD / fj_layout::kAtomElems;
 constexpr int kRowsPerWg = fj_layout::kWarpgroupRows;
