@@ -38,7 +38,8 @@ double visited_flops(const tools::CaseSpec& s, const Tiling& t) {
 
 int run(int argc, char** argv) {
   CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
-  std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both";
+  std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both",
+              family_name;
   int tokens = 16384, hidden = 2048, warmup = 5, reps = 20;
   app.add_option("--dims", dims, "head dims, comma separated")->capture_default_str();
   app.add_option("--seqs", seqs, "sequence lengths, comma separated")->capture_default_str();
@@ -48,6 +49,7 @@ int run(int argc, char** argv) {
   app.add_option("--causal", causal, "no, yes or both")->capture_default_str();
   app.add_option("--tilings", tilings, "default, all (every candidate), or a list like m128n64w4s2,m64n64w4s2")
       ->capture_default_str();
+  app.add_option("--family", family_name, "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90, ...)");
   app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
   app.add_option("--reps", reps, "timed calls; the median is reported")->capture_default_str();
   app.add_option("--json", json_path, "also write results as JSON to this file");
@@ -97,7 +99,15 @@ int run(int argc, char** argv) {
         AttentionArgs args = c->args();
         args.mask = m ? Mask::causal : Mask::none;
         spec.mask = args.mask;
-        const KernelVariant variant = engine->plan(args, arch.name()).value().variant;
+        KernelVariant variant = engine->plan(args, arch.name()).value().variant;
+        if (!family_name.empty()) {
+          const KernelFamily* f = find_family(family_name);
+          if (!f) throw CLI::ValidationError("--family", "no kernel family named '" + family_name + "'");
+          if (const char* why = f->refusal(arch, variant.semantics, nullptr))
+            throw CLI::ValidationError("--family", family_name + " refuses this problem: " + why);
+          variant.family = f->name();
+          variant.tiling = f->default_tiling(arch, variant.semantics);
+        }
         std::vector<Tiling> list;
         if (tilings == "default") list = {variant.tiling};
         else if (tilings == "all") list = find_family(variant.family)->candidate_tilings(arch, variant.semantics);

@@ -1,7 +1,6 @@
 // Host side of the fa3_sm90 family (templates/fa3_sm90/): knobs, tile rules and the launch plan,
 // which encodes one TMA tensor map per input. Work in progress: the family serves a subset of
-// the semantics and ranks after fa2_sm80, so dispatch picks it only when asked by name (tests,
-// tuning) until it is measured faster.
+// the semantics (refusal() names the rest, which fa2_sm80 serves) and ranks before fa2_sm80.
 #include <algorithm>
 #include <cstring>
 
@@ -25,7 +24,7 @@ const KnobTable kKnobs{"fa3_sm90",
                         {"block_n", "n", "kBlockN", "keys per K/V tile: the N of S = Q.K^T's wgmma"},
                         {"stages", "s", "kStages", "K/V tiles in flight through TMA"}}};
 
-constexpr int kPriority = 150;  // after fa2_sm80 until measured faster: only picked by name
+constexpr int kPriority = 75;  // after decode_sm80 (decode shapes), before fa2_sm80: faster on every measured cell
 constexpr int kAtom = fj_layout::kAtomElems;
 
 fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
@@ -72,7 +71,10 @@ class Fa3Sm90 final : public KernelFamily {
     return {};
   }
 
+  // The fastest tiling of the H100 sweep (bench/results/fa3_sm90_h100_2026-11-22.md) per head dim:
+  // at D = 64 one warpgroup per CTA lets two CTAs share an SM, which overlaps their softmax and GEMMs.
   Tiling default_tiling(const Arch&, const Semantics& s) const override {
+    if (s.head_dim_qk <= 64) return Tiling(kKnobs, {1, 128, 2});
     return Tiling(kKnobs, {2, s.head_dim_qk <= 128 ? 128 : 64, 2});
   }
 

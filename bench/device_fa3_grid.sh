@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# fa3_sm90 as the default on sm_90: the whole GPU suite, the engine's host costs (dispatch now
+# encodes tensor maps), and the 36-cell prefill grid for fp16 and bf16 beside SDPA's flash and
+# cuDNN in the same process. Logs under $OUT.
+# Usage (on the device, repo root, .carry/build carried): bash bench/device_fa3_grid.sh
+set -u
+OUT=${OUT:-/tmp/flashjit-out}
+mkdir -p "$OUT"
+if [[ -d .carry/build ]]; then rm -rf build && mv .carry/build build; fi
+export FLASHJIT_CACHE_DIR=/tmp/flashjit-cache-fa3-grid
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if [[ ${SUITE:-1} == 1 ]]; then
+  echo "== GPU suite"
+  timeout ${SUITE_TIMEOUT:-300} ./build/tests/gpu/test_gpu > "$OUT/gpu_suite.log" 2>&1
+  echo "rc=$?"; grep -E "^\[doctest\]|ERROR|FAILED|SKIPPED" "$OUT/gpu_suite.log" | tail -20
+fi
+if [[ ${HOST:-1} == 1 ]]; then
+  echo "== host costs"
+  timeout 120 ./build/tools/flashjit-engine-bench dispatch --json "$OUT/dispatch.json" 2>&1 | tail -8
+fi
+for dt in ${DTYPES:-float16 bfloat16}; do
+  echo "== prefill grid, $dt"
+  timeout 250 python3 bench/sdpa_compare.py --lib build/libflashjit.so --dtype $dt --out "$OUT/grid_$dt.md" \
+    --json "$OUT/grid_$dt.json" 2>&1 | tail -40
+done
