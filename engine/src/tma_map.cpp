@@ -88,4 +88,39 @@ Result<CUtensorMap> encode_tma_map(const TmaView& v) {
   return map;
 }
 
+namespace {
+
+bool same_view(const TmaView& a, const TmaView& b) {
+  if (a.data != b.data || a.rank != b.rank || a.elem_bytes != b.elem_bytes || a.swizzle != b.swizzle) return false;
+  for (int i = 0; i < kTmaMaxRank; ++i)
+    if (a.dims[i] != b.dims[i] || a.box[i] != b.box[i] || (i + 1 < kTmaMaxRank && a.strides[i] != b.strides[i]))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+Result<CUtensorMap> encode_tma_map_cached(const TmaView& v) {
+  // Room for the three or four maps of a call, for a few alternating problems (layers of
+  // different shapes, K and V of separate caches).
+  constexpr int kSlots = 16;
+  struct Slot {
+    bool used = false;
+    TmaView view;
+    CUtensorMap map;
+  };
+  thread_local Slot slots[kSlots];
+  thread_local int next = 0;
+  for (const Slot& s : slots)
+    if (s.used && same_view(s.view, v)) return s.map;
+  auto map = encode_tma_map(v);
+  if (!map.ok()) return map;
+  Slot& s = slots[next];
+  next = (next + 1) % kSlots;
+  s.used = true;
+  s.view = v;
+  s.map = map.value();
+  return map;
+}
+
 }  // namespace flashjit

@@ -48,4 +48,9 @@ std::string tma_refusal(const TmaView& v);
 // A refused view is an invalid_argument error carrying tma_refusal's reason.
 Result<CUtensorMap> encode_tma_map(const TmaView& v);
 
+// encode_tma_map through a small per-thread memo of the last views: a serving loop passes the
+// same buffers call after call, and a map depends on nothing but its view (no context, no
+// device state), so a hit returns the same bytes the driver would.
+Result<CUtensorMap> encode_tma_map_cached(const TmaView& v);
+
 }  // namespace flashjit

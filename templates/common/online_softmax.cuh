@@ -39,8 +39,16 @@ struct OnlineSoftmax {
   // are exp2(-inf) = 0 and it never produces NaN.
   FJ_DEVICE void update(float (&s)[kMTiles][kNTilesS][4], float (&o)[kMTiles][kNTilesO][4],
                         float scale_log2) {
-    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
     float alpha[kMTiles][2];
+    const bool any_rescale = probabilities(s, scale_log2, alpha);
+    rescale(o, alpha, any_rescale);
+  }
+
+  // update()'s first half, for kernels whose O is still being accumulated by an asynchronous
+  // GEMM: scores to probabilities and the running max and sums moved; the factor O must be
+  // multiplied by is left in alpha, and the return value says whether any row of the warp needs it.
+  FJ_DEVICE bool probabilities(float (&s)[kMTiles][kNTilesS][4], float scale_log2, float (&alpha)[kMTiles][2]) {
+    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
     bool any_rescale = false;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
@@ -73,8 +81,13 @@ struct OnlineSoftmax {
         row_sum[mt][h] += sum;
       }
     }
-    // Warp-uniform: skip the multiply over all of O unless some row of the warp moved its max.
-    if (__any_sync(0xffffffffu, any_rescale)) {
+    return __any_sync(0xffffffffu, any_rescale);
+  }
+
+  // update()'s second half. Warp-uniform: skips the multiply over all of O unless some row of
+  // the warp moved its max.
+  FJ_DEVICE void rescale(float (&o)[kMTiles][kNTilesO][4], const float (&alpha)[kMTiles][2], bool any_rescale) {
+    if (any_rescale) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

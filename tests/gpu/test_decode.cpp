@@ -50,10 +50,11 @@ std::string family_of(const CaseSpec& s) {
 
 }  // namespace
 
-TEST_CASE("decode shapes run on decode_sm80, prefill shapes on fa2_sm80") {
+TEST_CASE("decode shapes run on decode_sm80, prefill shapes on the arch's prefill family") {
+  const bool hopper = Fixture::get().gpu.info().arch == "sm_90a";
   CHECK(family_of(decode_case(DType::bf16, 2, 32, 8, 1, 4096, 1)) == "decode_sm80");
   CHECK(family_of(decode_case(DType::bf16, 2, 32, 8, 16, 4096, 1)) == "decode_sm80");
-  CHECK(family_of(decode_case(DType::bf16, 2, 32, 8, 17, 4096, 1)) == "fa2_sm80");
+  CHECK(family_of(decode_case(DType::bf16, 2, 32, 8, 17, 4096, 1)) == (hopper ? "fa3_sm90" : "fa2_sm80"));
 }
 
 TEST_CASE("decode: GQA 1/4/8/16 x queries 1..16 x every dtype") {

@@ -3,6 +3,8 @@
 #include "gpu_fixture.hpp"
 #include "tma_map.hpp"
 
+#include <cstring>
+
 using namespace flashjit;
 
 TEST_CASE("the driver encodes a tensor map for a [B, S, H, D] bf16 view the host rules accept") {
@@ -18,4 +20,32 @@ TEST_CASE("the driver encodes a tensor map for a [B, S, H, D] bf16 view the host
   REQUIRE(tma_refusal(v).empty());
   auto map = encode_tma_map(v);
   if (!map.ok()) FAIL(map.error().to_string());
+}
+
+TEST_CASE("the per-thread memo of tensor maps returns the driver's bytes and tells views apart") {
+  auto& f = flashjit::gpu_test::Fixture::get();
+  const std::int64_t shape[4] = {2, 1000, 8, 128};
+  const std::int64_t stride[4] = {1000 * 8 * 128, 8 * 128, 128, 1};
+  auto buffer = tools::DeviceBuffer::allocate(f.gpu.driver(), std::size_t(2) * 1000 * 8 * 128 * 2);
+  REQUIRE(buffer.ok());
+  TmaView v = tma_view("k", buffer->ptr(), shape, stride, 4, 2);
+  v.box[0] = 64;
+  v.box[2] = 128;
+  v.swizzle = TmaSwizzle::b128;
+  auto direct = encode_tma_map(v);
+  REQUIRE(direct.ok());
+  for (int round = 0; round < 2; ++round) {  // the first call fills the memo, the second hits it
+    auto memo = encode_tma_map_cached(v);
+    REQUIRE(memo.ok());
+    CHECK(std::memcmp(&memo.value(), &direct.value(), sizeof(CUtensorMap)) == 0);
+  }
+  TmaView other = v;
+  other.box[2] = 64;  // another tiling of the same tensor
+  auto a = encode_tma_map_cached(other), b = encode_tma_map(other);
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(std::memcmp(&a.value(), &b.value(), sizeof(CUtensorMap)) == 0);
+  CHECK(std::memcmp(&a.value(), &direct.value(), sizeof(CUtensorMap)) != 0);
+  TmaView bad = v;
+  bad.box[0] = 300;  // over the copy engine's 256 elements
+  CHECK_FALSE(encode_tma_map_cached(bad).ok());
 }

@@ -49,12 +49,13 @@ class Fa3Sm90 final : public KernelFamily {
   const char* entry_template() const override { return "fa3_sm90/forward.cu"; }
   int priority() const override { return kPriority; }
 
-  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
     if (arch.major != 9 || arch.suffix != 'a') return "needs sm_90a (wgmma, TMA)";
     if (s.dtype == DType::f32) return "fp32 stays on fa2_sm80";
     if (s.head_dim_qk != s.head_dim_v) return "Dqk != Dv is not on fa3_sm90 yet";
     if (s.head_dim_qk % kAtom != 0) return "head dims other than 64, 128, 192, 256 are not on fa3_sm90 yet";
-    if (s.vec != 8) return "TMA needs 16-byte aligned rows and a contiguous head dim (vec 8)";
+    if (s.vec != 8) return "TMA needs every tensor's address and strides 16-byte aligned and a contiguous head dim";
+    if (shape && shape->seqlen_k == 0) return "no keys (seqlen_k = 0): a TMA view needs at least one row";
     if (s.varlen || s.window || s.softcap || s.alibi || s.sinks || s.kv_lens || s.paged)
       return "varlen, window, softcap, ALiBi, sinks, kv_lens and paged are not on fa3_sm90 yet";
     return nullptr;
@@ -93,8 +94,8 @@ class Fa3Sm90 final : public KernelFamily {
     return {{"flashjit_fa3_fwd", layout(v.semantics, v.tiling).smem_bytes}};
   }
 
-  // Encodes the tensor maps: three host-side driver calls (no GPU work) on every call for now;
-  // caching them per pointer and shape is the next step once the kernel is measured.
+  // Encodes the tensor maps (host-side driver calls, no GPU work; memoized per thread, so a
+  // loop over the same buffers pays for them once).
   Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, CUdeviceptr,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
@@ -103,7 +104,7 @@ class Fa3Sm90 final : public KernelFamily {
     main.entry = 0;
     main.grid = {unsigned((p.shape.seqlen_q + block_m - 1) / block_m), unsigned(p.shape.heads_q),
                  unsigned(p.shape.batch)};
-    main.block = {unsigned(128 * t[kWarpgroups]), 1, 1};
+    main.block = {unsigned(128 * (t[kWarpgroups] + 1)), 1, 1};  // a producer warpgroup and the consumers
     main.smem_bytes = unsigned(layout(v.semantics, t).smem_bytes);
     FjFa3Params& fp = main.params.emplace<FjFa3Params>();
     fill_attention_params(p, fp.attn);
@@ -115,7 +116,7 @@ class Fa3Sm90 final : public KernelFamily {
                 {box_view("k", a.k, t[kBlockN]), &fp.k_map},
                 {box_view("v", a.v, t[kBlockN]), &fp.v_map}};
     for (const auto& m : maps) {
-      auto encoded = encode_tma_map(m.view);
+      auto encoded = encode_tma_map_cached(m.view);
       if (!encoded.ok()) return std::move(encoded).error();
       std::memcpy(m.map, &encoded.value(), sizeof(FjTensorMap));
     }
