@@ -135,6 +135,53 @@ FJ_DEVICE void issue_pv(float (&o)[kD / 2], const unsigned (&pa)[kStepsPV][4], c
   }
 }
 
+// The consumers' turns at the tensor cores (two consumers; with one, nothing to order): consumer
+// c waits on named barrier kTurnBarrier + c, which the other one's pass() completes.
+struct Turns {
+  int c;
+  FJ_DEVICE explicit Turns(int consumer) : c(consumer) {
+    if (kConsumers == 2 && c == 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);  // the first goes first
+  }
+  FJ_DEVICE void take() const {
+    if (kConsumers == 2) named_barrier_sync(kTurnBarrier + c, kTurnThreads);
+  }
+  // After the last GEMMs the second consumer has no one left to wait for its pass.
+  FJ_DEVICE void pass(bool last) const {
+    if (kConsumers == 2 && !(last && c == 1)) named_barrier_arrive(kTurnBarrier + (1 - c), kTurnThreads);
+  }
+};
+
+// S of keys [n0, n0 + kBlockN) with the keys past the sequence's end and past the causal
+// diagonal (bottom right) at -inf; only the tiles those cut pay for the per-element test.
+FJ_DEVICE float (&masked_scores(float (&s)[kBlockN / 2], int n0, const Sequence& seq, int wg_row0, int row0,
+                                 int lane))[1][kBlockN / 8][4] {
+  const bool cut = n0 + kBlockN > seq.len_k || (kCausal && n0 + kBlockN - 1 > wg_row0 + seq.offset());
+  if (cut) {
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + (i / 2) * 8, col = n0 + nt * 8 + 2 * (lane % 4) + i % 2;
+        if (col >= seq.len_k || (kCausal && col > row + seq.offset())) s[nt * 4 + i] = neg_inf();
+      }
+  }
+  return *reinterpret_cast<float(*)[1][kBlockN / 8][4]>(s);
+}
+
+// P as wgmma's register A operand: per 16 keys, the m16n8k16 A fragment of this warp's rows
+// (n8 tiles 2kk and 2kk + 1 of the S accumulator).
+FJ_DEVICE void pack_probabilities(const float (&s)[kBlockN / 2], unsigned (&pa)[kStepsPV][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kStepsPV; ++kk) {
+    const float* lo = s + 8 * kk;
+    const float* hi = lo + 4;
+    pa[kk][0] = pack(lo[0], lo[1]);
+    pa[kk][1] = pack(lo[2], lo[3]);
+    pa[kk][2] = pack(hi[0], hi[1]);
+    pa[kk][3] = pack(hi[2], hi[3]);
+  }
+}
+
 }  // namespace fj::fa3
 
 extern "C" __global__ void __launch_bounds__(fj::fa3::kThreads, fj::fa3::kCtasPerSm)
@@ -192,67 +239,64 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
 
   if (n_tiles > 0) {
     mbarrier_wait(&bars.q_full, 0);
-    // The consumers take turns issuing GEMMs; the first goes first.
-    if (kConsumers == 2 && c == 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);
+    Turns turns(c);
     unsigned pa[kStepsPV][4];  // P of the previous tile, wgmma's register A operand
-    // Step j issues S_j (j < n_tiles) and P_{j-1}.V_{j-1} (j > 0); the last step only drains.
-    for (int j = 0; j <= n_tiles; ++j) {
-      const bool has_s = j < n_tiles, has_pv = j > 0;
-      const int stage = j % kStages, prev = (j + kStages - 1) % kStages;
+    // Prologue: S_0 alone. Each step below is straight-line code: ptxas serializes wgmmas whose
+    // retirement it cannot follow through branches.
+    {
       float s[kBlockN / 2];
-      if (kConsumers == 2) named_barrier_sync(kTurnBarrier + c, kTurnThreads);
+      turns.take();
+      mbarrier_wait(&bars.k_full[0], 0);
       wgmma_fence();
-      if (has_s) {
-        mbarrier_wait(&bars.k_full[stage], unsigned(j / kStages) & 1u);
-        issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.kv_bytes);
-        wgmma_commit();
-      }
-      if (has_pv) {
-        mbarrier_wait(&bars.v_full[prev], unsigned((j - 1) / kStages) & 1u);
-        issue_pv(o, pa, smem + kLayout.v_offset + prev * kLayout.kv_bytes);
-        wgmma_commit();
-      }
-      fence_registers(o);
-      // Hand the tensor cores to the other consumer (after its last step it has no one to wait for it).
-      if (kConsumers == 2 && !(c == 1 && j == n_tiles)) named_barrier_arrive(kTurnBarrier + (1 - c), kTurnThreads);
-
+      issue_qk(s, q_tile, smem + kLayout.k_offset);
+      wgmma_commit();
+      turns.pass(false);
+      wgmma_wait<0>();
+      fence_registers(s);
+      release(&bars.k_empty[0], lane);
       float alpha[1][2];
-      bool any_rescale = false;
-      if (has_s) {
-        if (has_pv) wgmma_wait<1>();
-        else wgmma_wait<0>();
-        fence_registers(s);
-        release(&bars.k_empty[stage], lane);
-        // The sequence's end and the causal diagonal (bottom right), on the tiles they cut.
-        const int n0 = j * kBlockN;
-        const bool cut = n0 + kBlockN > seq.len_k || (kCausal && n0 + kBlockN - 1 > wg_row0 + seq.offset());
-        if (cut) {
-#pragma unroll
-          for (int nt = 0; nt < kBlockN / 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int row = row0 + (i / 2) * 8, col = n0 + nt * 8 + 2 * (lane % 4) + i % 2;
-              if (col >= seq.len_k || (kCausal && col > row + seq.offset())) s[nt * 4 + i] = neg_inf();
-            }
-        }
-        any_rescale = sm.probabilities(*reinterpret_cast<float(*)[1][kBlockN / 8][4]>(s), p.scale_log2, alpha);
-      }
+      sm.probabilities(masked_scores(s, 0, seq, wg_row0, row0, lane), p.scale_log2, alpha);  // O is 0: no rescale
+      pack_probabilities(s, pa);
+    }
+    // Steady state: S_j, then P_{j-1}.V_{j-1} behind it; the softmax of tile j runs under P.V.
+    for (int j = 1; j < n_tiles; ++j) {
+      const int stage = j % kStages, prev = (j - 1) % kStages;
+      float s[kBlockN / 2];
+      turns.take();
+      // Both waits before the first wgmma: a wait is a loop, and a branch between wgmmas makes
+      // ptxas serialize them.
+      mbarrier_wait(&bars.k_full[stage], unsigned(j / kStages) & 1u);
+      mbarrier_wait(&bars.v_full[prev], unsigned((j - 1) / kStages) & 1u);
+      wgmma_fence();
+      issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.kv_bytes);
+      wgmma_commit();
+      issue_pv(o, pa, smem + kLayout.v_offset + prev * kLayout.kv_bytes);
+      wgmma_commit();
+      turns.pass(false);
+      wgmma_wait<1>();
+      fence_registers(s);
+      release(&bars.k_empty[stage], lane);
+      float alpha[1][2];
+      const bool any_rescale =
+          sm.probabilities(masked_scores(s, j * kBlockN, seq, wg_row0, row0, lane), p.scale_log2, alpha);
       wgmma_wait<0>();
       fence_registers(o);
-      if (has_pv) release(&bars.v_empty[prev], lane);
-      if (has_s) {
-        sm.rescale(*reinterpret_cast<float(*)[1][kD / 8][4]>(o), alpha, any_rescale);
-        // P as the m16n8k16 A fragment of this warp's rows, per 16 keys: n8 tiles 2kk and 2kk + 1.
-#pragma unroll
-        for (int kk = 0; kk < kStepsPV; ++kk) {
-          const float* lo = s + 8 * kk;
-          const float* hi = lo + 4;
-          pa[kk][0] = pack(lo[0], lo[1]);
-          pa[kk][1] = pack(lo[2], lo[3]);
-          pa[kk][2] = pack(hi[0], hi[1]);
-          pa[kk][3] = pack(hi[2], hi[3]);
-        }
-      }
+      release(&bars.v_empty[prev], lane);
+      sm.rescale(*reinterpret_cast<float(*)[1][kD / 8][4]>(o), alpha, any_rescale);
+      pack_probabilities(s, pa);
+    }
+    // Epilogue: the last tile's P.V.
+    {
+      const int last = (n_tiles - 1) % kStages;
+      turns.take();
+      mbarrier_wait(&bars.v_full[last], unsigned((n_tiles - 1) / kStages) & 1u);
+      wgmma_fence();
+      issue_pv(o, pa, smem + kLayout.v_offset + last * kLayout.kv_bytes);
+      wgmma_commit();
+      turns.pass(true);
+      wgmma_wait<0>();
+      fence_registers(o);
+      release(&bars.v_empty[last], lane);
     }
   }
 

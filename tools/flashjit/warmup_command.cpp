@@ -128,6 +128,7 @@ int summarize(Context& ctx, const WarmupOptions& o, const cache::DiskCache& disk
       j["from_disk"] = r.from_disk;
       j["compile_ms"] = r.compile_ms;
       j["cubin_bytes"] = r.cubin_bytes;
+      if (!r.compiler_log.empty()) j["compiler_log"] = r.compiler_log;
       j["error"] = r.ok ? nlohmann::json(nullptr) : nlohmann::json(r.error);
       list.push_back(std::move(j));
     }

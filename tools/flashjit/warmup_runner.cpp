@@ -33,6 +33,7 @@ WarmupResult compile_one(const Engine& engine, const WarmupJob& job, const Runne
     return r;
   }
   r.ok = true;
+  r.compiler_log = report->nvrtc_log;
   r.from_disk = report->from_disk;
   r.compile_ms = report->compile_ms;
   r.cubin_bytes = report->cubin_bytes;

@@ -19,6 +19,7 @@ struct WarmupResult {
   double compile_ms = 0;    // NVRTC time; 0 from disk
   double wall_ms = 0;       // the whole step, lookups and stores included
   std::size_t cubin_bytes = 0;
+  std::string compiler_log;  // NVRTC's and ptxas's messages of a successful compile (advisories)
   std::string error;        // when !ok: the full error, NVRTC log included
   // Set when the kernel compiled but the disk cache does not hold it (a refused cache folder, a
   // failed store): a failure too, since keeping it there is warmup's whole point.
