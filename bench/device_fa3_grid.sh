@@ -24,3 +24,11 @@ for dt in ${DTYPES:-float16 bfloat16}; do
   timeout 250 python3 bench/sdpa_compare.py --lib build/libflashjit.so --dtype $dt --out "$OUT/grid_$dt.md" \
     --json "$OUT/grid_$dt.json" 2>&1 | tail -40
 done
+if [[ ${SANITIZE:-0} == 1 ]]; then
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool, fa3_sm90 tilings"
+    timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/gpu/test_gpu \
+      -tc="fa3_sm90: every candidate*" > "$OUT/sanitize_$tool.log" 2>&1
+    echo "rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
+  done
+fi
