@@ -29,6 +29,23 @@ def median_ms(fn, warmup=5, reps=20):
     return timing.median_ms(fn, warmup, reps, calls=1)
 
 
+def sdpa_call(backend, qt, kt, vt, causal, group, name):
+    """One SDPA call on `backend`; GQA through enable_gqa, or through K and V repeated per query
+    head when the backend refuses it (it then reads group x the K/V bytes: noted)."""
+    def call(k, v, **kw):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(qt, k, v, is_causal=causal, **kw)
+    if group == 1:
+        return lambda: call(kt, vt)
+    try:
+        call(kt, vt, enable_gqa=True)
+        return lambda: call(kt, vt, enable_gqa=True)
+    except RuntimeError:
+        kr, vr = kt.repeat_interleave(group, dim=1), vt.repeat_interleave(group, dim=1)
+        print("  %s: enable_gqa refused, K and V repeated per query head" % name, file=sys.stderr)
+        return lambda: call(kr, vr)
+
+
 def flops(b, h, s, d, causal):
     f = 4.0 * b * h * s * s * d
     return f / 2 if causal else f
@@ -42,6 +59,9 @@ def main():
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
+    p.add_argument("--group", type=int, default=1,
+                   help="query heads per key/value head (GQA); SDPA gets enable_gqa, or K and V "
+                        "repeated per query head where a backend refuses it (noted in the output)")
     p.add_argument("--out", help="markdown table to write")
     p.add_argument("--json", help="raw results to write")
     a = p.parse_args()
@@ -54,7 +74,8 @@ def main():
     for d in [int(x) for x in a.dims.split(",")]:
         for s in [int(x) for x in a.seqs.split(",")]:
             b, h = a.tokens // s, a.hidden // d
-            q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dt) for _ in range(3))
+            q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
+            k, v = (torch.randn(b, s, h // a.group, d, device="cuda", dtype=dt) for _ in range(2))
             o = torch.empty_like(q)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants [B, H, S, D] views
             for causal in (False, True):
@@ -65,15 +86,14 @@ def main():
                 r["flashjit"] = fl / median_ms(lambda: fj.forward_args(lib, args, stream)) / 1e9
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
-                        with sdpa_kernel(backend):
-                            r[name] = fl / median_ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)) / 1e9
+                        r[name] = fl / median_ms(sdpa_call(backend, qt, kt, vt, causal, a.group, name)) / 1e9
                     except RuntimeError as e:  # backend unavailable for this shape
                         r[name] = None
                         print("  %s unavailable: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
                 # Correctness on one head of one batch against float64.
                 fj.forward_args(lib, args, stream)
                 torch.cuda.synchronize()
-                ref = F.scaled_dot_product_attention(qt[:1, :1].double(), kt[:1, :1].double(), vt[:1, :1].double(),
+                ref = F.scaled_dot_product_attention(qt[:1, :1].double(), kt[:1, :1].double(), vt[:1, :1].double(),  # head 0 reads K/V head 0
                                                      is_causal=causal)
                 got = o[:1, :, :1].transpose(1, 2).double()
                 r["rel_l2"] = float((got - ref).norm() / ref.norm())
