@@ -1,37 +1,46 @@
 // TMA tensor maps through the real driver: a view the host rules accept is encoded (the kernels
 // that load through it come with the Hopper family).
+#include <cstring>
+
 #include "gpu_fixture.hpp"
 #include "tma_map.hpp"
 
-#include <cstring>
-
 using namespace flashjit;
 
-TEST_CASE("the driver encodes a tensor map for a [B, S, H, D] bf16 view the host rules accept") {
-  auto& f = flashjit::gpu_test::Fixture::get();
-  const std::int64_t shape[4] = {2, 1000, 8, 128};
-  const std::int64_t stride[4] = {1000 * 8 * 128, 8 * 128, 128, 1};
-  auto buffer = tools::DeviceBuffer::allocate(f.gpu.driver(), std::size_t(2) * 1000 * 8 * 128 * 2);
+namespace {
+
+constexpr std::int64_t kShape[4] = {2, 1000, 8, 128};  // [B, S, H, D]
+constexpr std::int64_t kStride[4] = {1000 * 8 * 128, 8 * 128, 128, 1};
+
+tools::DeviceBuffer kv_buffer() {
+  auto buffer = tools::DeviceBuffer::allocate(flashjit::gpu_test::Fixture::get().gpu.driver(),
+                                              std::size_t(2) * 1000 * 8 * 128 * 2);
   REQUIRE(buffer.ok());
-  TmaView v = tma_view("k", buffer->ptr(), shape, stride, 4, 2);
+  return std::move(buffer).value();
+}
+
+// The view fa3_sm90 loads K through: boxes of 64 head-dim elements by 128 keys, 128-byte swizzle.
+TmaView kv_view(const tools::DeviceBuffer& buffer) {
+  TmaView v = tma_view("k", buffer.ptr(), kShape, kStride, 4, 2);
   v.box[0] = 64;
   v.box[2] = 128;
   v.swizzle = TmaSwizzle::b128;
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("the driver encodes a tensor map for a [B, S, H, D] bf16 view the host rules accept") {
+  auto buffer = kv_buffer();
+  const TmaView v = kv_view(buffer);
   REQUIRE(tma_refusal(v).empty());
   auto map = encode_tma_map(v);
   if (!map.ok()) FAIL(map.error().to_string());
 }
 
 TEST_CASE("the per-thread memo of tensor maps returns the driver's bytes and tells views apart") {
-  auto& f = flashjit::gpu_test::Fixture::get();
-  const std::int64_t shape[4] = {2, 1000, 8, 128};
-  const std::int64_t stride[4] = {1000 * 8 * 128, 8 * 128, 128, 1};
-  auto buffer = tools::DeviceBuffer::allocate(f.gpu.driver(), std::size_t(2) * 1000 * 8 * 128 * 2);
-  REQUIRE(buffer.ok());
-  TmaView v = tma_view("k", buffer->ptr(), shape, stride, 4, 2);
-  v.box[0] = 64;
-  v.box[2] = 128;
-  v.swizzle = TmaSwizzle::b128;
+  auto buffer = kv_buffer();
+  const TmaView v = kv_view(buffer);
   auto direct = encode_tma_map(v);
   REQUIRE(direct.ok());
   for (int round = 0; round < 2; ++round) {  // the first call fills the memo, the second hits it
