@@ -16,15 +16,12 @@ FJ_DEVICE const Elem* elem_ptr(const void* base, const long long (&st)[4], int b
   return static_cast<const Elem*>(base) + b * st[0] + s * st[1] + h * st[2];
 }
 
-// Normalizes and stores the CTA's rows. With sinks, each row's denominator also holds
-// exp(sink): the output shrinks by the sink's share and the LSE includes it.
+// Normalizes and stores the CTA's rows, and their LSE (row_total: sinks join the denominator).
 FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTilesO][4], SoftmaxState& sm,
                             float score_scale, Elem* smem, const Sequence& seq, int m0, int warp_row0, int head,
                             int tid, int lane) {
   const Frag f{lane};
-  constexpr float kLn2 = 0.69314718056f;  // LSE is reported in natural log
-  constexpr float kLog2e = 1.44269504089f;
-  const float sink_log2 = kSinks ? p.sinks[head] * kLog2e : 0.f;
+  const float sink_log2 = sink_log2_of(p.sinks, head, kSinks);
   // Everyone is done with the key/value buffers before the output tile reuses them.
   cp_async_wait<0>();
   __syncthreads();
@@ -32,24 +29,11 @@ FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTi
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float sum = quad_sum(sm.row_sum[mt][h]);
-      const float shift = sm.row_max[mt][h] == neg_inf() ? neg_inf() : sm.row_max[mt][h] * score_scale;
-      float inv, lse;
-      if constexpr (kSinks) {
-        // Against the larger of the row's max and the sink: neither term overflows.
-        const float top = fmaxf(shift, sink_log2);
-        const float a = exp2_approx(shift - top);  // 0 for a row that saw no key
-        const float total = top == neg_inf() ? 0.f : sum * a + exp2_approx(sink_log2 - top);
-        inv = total > 0.f ? a / total : 0.f;
-        lse = total > 0.f ? (top + log2f(total)) * kLn2 : neg_inf();
-      } else {
-        inv = sum > 0.f ? 1.f / sum : 0.f;  // rows that saw no key give zeros
-        lse = sum > 0.f ? (shift + log2f(sum)) * kLn2 : neg_inf();  // -inf: the log of an empty sum
-      }
+      const RowTotal total = row_total<kSinks>(quad_sum(sm.row_sum[mt][h]), sm.row_max[mt][h], score_scale, sink_log2);
       const int row = warp_row0 + mt * 16 + h * 8 + f.g();
 #pragma unroll
       for (int nt = 0; nt < kNTilesO; ++nt) {
-        const float x0 = o[mt][nt][2 * h] * inv, x1 = o[mt][nt][2 * h + 1] * inv;
+        const float x0 = o[mt][nt][2 * h] * total.inv, x1 = o[mt][nt][2 * h + 1] * total.inv;
         Elem* dst = smem + row * kStrideO + nt * 8 + 2 * f.t();
         if constexpr (k16Bit) {
           *reinterpret_cast<unsigned*>(dst) = Gemm::pack16(x0, x1);
@@ -61,7 +45,8 @@ FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTi
       if constexpr (kWriteLse) {
         const int grow = m0 + row;
         if (f.t() == 0 && grow < seq.len_q)
-          p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + grow) * p.lse_stride[2]] = lse;
+          p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + grow) * p.lse_stride[2]] =
+              total.lse;
       }
     }
   }
@@ -152,11 +137,10 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kMTiles][4];
   const int row_base = m0 + warp_row0 + (lane >> 2);
   const float score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
-  const float alibi_slope = kAlibi ? p.alibi_slopes[blockIdx.z * p.alibi_batch_stride + head] * p.alibi_unit : 0.f;
+  const float alibi_slope = alibi_slope_of(p, blockIdx.z, head);
   // Bounds of the tiles every row of the CTA sees whole: others need the mask.
   const int right = kWindow ? p.window_right : 0;
-  const int full_from = kWindow ? m0 + kBlockM - 1 + seq.offset() - p.window_left : 0;
-  const int full_to = m0 + seq.offset() + right;  // last key the CTA's first row sees
+  const TileEdges edges = TileEdges::of(seq, m0, m0 + kBlockM - 1, p.window_left, right);
 
   for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<kStages - 2>();
@@ -187,12 +171,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
 
     const int n0 = (first_tile + t) * kBlockN;
     if constexpr (kSoftcap || kAlibi) transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
-    const bool upper_edge = n0 + kBlockN > seq.len_k || ((kCausal || kWindow) && n0 + kBlockN - 1 > full_to);
-    const bool lower_edge = kWindow && n0 < full_from;
-    const int col_base = n0 + 2 * (lane & 3);
-    if (upper_edge && lower_edge) apply_mask<true, true>(s, row_base, col_base, seq, p.window_left, right);
-    else if (upper_edge) apply_mask<false, true>(s, row_base, col_base, seq, p.window_left, right);
-    else if (kWindow && lower_edge) apply_mask<true, false>(s, row_base, col_base, seq, p.window_left, right);
+    edges.mask(s, n0, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
 
     sm.update(s, o, score_scale);
 
