@@ -3,6 +3,7 @@
 # encodes tensor maps), and the 36-cell prefill grid for fp16 and bf16 beside SDPA's flash and
 # cuDNN in the same process. Logs under $OUT.
 # Usage (on the device, repo root, .carry/build carried): bash bench/device_fa3_grid.sh
+# (SUITE=0, HOST=0, DTYPES=none skip parts; EXTRA=1 adds the GQA and MLA cells, SANITIZE=1 the sanitizers.)
 set -u
 OUT=${OUT:-/tmp/flashjit-out}
 mkdir -p "$OUT"
@@ -20,15 +21,23 @@ if [[ ${HOST:-1} == 1 ]]; then
   timeout 120 ./build/tools/flashjit-engine-bench dispatch --json "$OUT/dispatch.json" 2>&1 | tail -8
 fi
 for dt in ${DTYPES:-float16 bfloat16}; do
+  [[ $dt == none ]] && continue
   echo "== prefill grid, $dt"
   timeout 250 python3 bench/sdpa_compare.py --lib build/libflashjit.so --dtype $dt --out "$OUT/grid_$dt.md" \
     --json "$OUT/grid_$dt.json" 2>&1 | tail -40
 done
+if [[ ${EXTRA:-0} == 1 ]]; then
+  echo "== GQA 32:8 and MLA 192/128, bfloat16"
+  timeout 150 python3 bench/sdpa_compare.py --lib build/libflashjit.so --dtype bfloat16 --dims 128 --seqs 4096,8192 \
+    --group 4 --out "$OUT/gqa.md" --json "$OUT/gqa.json" 2>&1 | tail -6
+  timeout 150 python3 bench/sdpa_compare.py --lib build/libflashjit.so --dtype bfloat16 --dims 192 --dv 128 \
+    --seqs 1024,4096,16384 --out "$OUT/mla.md" --json "$OUT/mla.json" 2>&1 | tail -8
+fi
 if [[ ${SANITIZE:-0} == 1 ]]; then
   for tool in memcheck racecheck; do
-    echo "== compute-sanitizer $tool, fa3_sm90 tilings"
+    echo "== compute-sanitizer $tool, fa3_sm90 small matrix"
     timeout ${SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/gpu/test_gpu \
-      -tc="fa3_sm90: every candidate*" > "$OUT/sanitize_$tool.log" 2>&1
+      -tc="fa3_sm90: a small matrix*" > "$OUT/sanitize_$tool.log" 2>&1
     echo "rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
   done
 fi

@@ -46,8 +46,8 @@ def sdpa_call(backend, qt, kt, vt, causal, group, name):
         return lambda: call(kr, vr)
 
 
-def flops(b, h, s, d, causal):
-    f = 4.0 * b * h * s * s * d
+def flops(b, h, s, d, dv, causal):
+    f = 2.0 * b * h * s * s * (d + dv)  # Q.K^T over d, P.V over dv
     return f / 2 if causal else f
 
 
@@ -62,6 +62,9 @@ def main():
     p.add_argument("--group", type=int, default=1,
                    help="query heads per key/value head (GQA); SDPA gets enable_gqa, or K and V "
                         "repeated per query head where a backend refuses it (noted in the output)")
+    p.add_argument("--dv", type=int, default=0,
+                   help="head dim of V and O when it differs from Q and K's (MLA prefill: --dims 192 --dv 128); "
+                        "heads = hidden / the Q/K head dim")
     p.add_argument("--out", help="markdown table to write")
     p.add_argument("--json", help="raw results to write")
     a = p.parse_args()
@@ -74,15 +77,17 @@ def main():
     for d in [int(x) for x in a.dims.split(",")]:
         for s in [int(x) for x in a.seqs.split(",")]:
             b, h = a.tokens // s, a.hidden // d
+            dv = a.dv or d
             q = torch.randn(b, s, h, d, device="cuda", dtype=dt)
-            k, v = (torch.randn(b, s, h // a.group, d, device="cuda", dtype=dt) for _ in range(2))
-            o = torch.empty_like(q)
+            k = torch.randn(b, s, h // a.group, d, device="cuda", dtype=dt)
+            v = torch.randn(b, s, h // a.group, dv, device="cuda", dtype=dt)
+            o = torch.empty(b, s, h, dv, device="cuda", dtype=dt)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA wants [B, H, S, D] views
             for causal in (False, True):
                 args = fj.make_args(q, k, v, o, causal=causal)
                 stream = torch.cuda.current_stream().cuda_stream
-                r = {"D": d, "S": s, "B": b, "H": h, "causal": causal}
-                fl = flops(b, h, s, d, causal)
+                r = {"D": d, "Dv": dv, "S": s, "B": b, "H": h, "causal": causal}
+                fl = flops(b, h, s, d, dv, causal)
                 r["flashjit"] = fl / median_ms(lambda: fj.forward_args(lib, args, stream)) / 1e9
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
@@ -100,8 +105,8 @@ def main():
                 r["ratio_flash"] = r["flashjit"] / r["sdpa_flash"] if r["sdpa_flash"] else None
                 r["ratio_cudnn"] = r["flashjit"] / r["sdpa_cudnn"] if r["sdpa_cudnn"] else None
                 rows.append(r)
-                print("D=%3d S=%5d causal=%d  flashjit %6.1f  flash %6s  cudnn %6s  ratio/flash %s  rel_l2 %.1e" % (
-                    d, s, causal, r["flashjit"], "%.1f" % r["sdpa_flash"] if r["sdpa_flash"] else "-",
+                print("D=%3d Dv=%3d S=%5d causal=%d  flashjit %6.1f  flash %6s  cudnn %6s  ratio/flash %s  rel_l2 %.1e" % (
+                    d, dv, s, causal, r["flashjit"], "%.1f" % r["sdpa_flash"] if r["sdpa_flash"] else "-",
                     "%.1f" % r["sdpa_cudnn"] if r["sdpa_cudnn"] else "-",
                     "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"]), flush=True)
             del q, k, v, o
@@ -122,13 +127,13 @@ def main():
             f.write("# Prefill forward, %s, B*S = %d tokens, Hq*D = %d (TFLOP/s)\n\n" % (a.dtype, a.tokens, a.hidden))
             f.write("Device: %s; date: %s; commit: %s; PyTorch %s; %s.\n" % (dev, meta["date"], commit, torch.__version__, meta["flashjit"]))
             f.write("Same process, CUDA events, 5 warm-up + median of 20, random normal inputs.\n\n")
-            f.write("| D | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN | rel. L2 vs fp64 |\n")
-            f.write("|---|---|---|---|---|---|---|---|---|\n")
+            f.write("| D | Dv | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN | rel. L2 vs fp64 |\n")
+            f.write("|---|---|---|---|---|---|---|---|---|---|\n")
             fmt = lambda x: "%.0f" % x if x else "–"
             rat = lambda x: "%.2f" % x if x else "–"
             for r in rows:
-                f.write("| %d | %d | %s | %s | %s | %s | %s | %s | %.1e |\n" % (
-                    r["D"], r["S"], "yes" if r["causal"] else "no", fmt(r["flashjit"]), fmt(r["sdpa_flash"]),
+                f.write("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %.1e |\n" % (
+                    r["D"], r["Dv"], r["S"], "yes" if r["causal"] else "no", fmt(r["flashjit"]), fmt(r["sdpa_flash"]),
                     fmt(r["sdpa_cudnn"]), rat(r["ratio_flash"]), rat(r["ratio_cudnn"]), r["rel_l2"]))
 
 

@@ -142,7 +142,7 @@ class Engine::Impl {
     auto choice = choose_family(arch, s, shape);
     if (!choice.ok()) return std::move(choice).error();
     const KernelFamily& f = *choice->family;
-    return PlanReport{{f.name(), s, f.default_tiling(arch, s)}, choice->why};
+    return PlanReport{{f.name(), s, f.default_tiling(arch, s, shape)}, choice->why};
   }
 
   Result<CompileReport> compile(const KernelVariant& v, const Arch& arch) {
@@ -240,7 +240,7 @@ class Engine::Impl {
     auto tuner = autotune::Autotuner::create(std::move(ao));
     if (!tuner.ok()) return std::move(tuner).error();
     const auto candidates = family.candidate_tilings(info.arch, req.semantics);
-    const Tiling def = family.default_tiling(info.arch, req.semantics);
+    const Tiling def = family.default_tiling(info.arch, req.semantics, &shape);
     LazyTuningSession session(drv, ctx, info, loader_, key, candidates, options_.log);
     const autotune::Measure measure = session.measure();
     const autotune::Prune prune = session.prune();
@@ -402,7 +402,7 @@ class Engine::Impl {
     if (!choice.ok()) return std::move(choice).error();
     const KernelFamily& family = *choice->family;
     if (options_.log) options_.log("plan " + bucket.to_string() + ": " + choice->why);
-    const Tiling def = family.default_tiling(info.arch, bucket.semantics);
+    const Tiling def = family.default_tiling(info.arch, bucket.semantics, &problem.shape);
     Tiling tiling = def;
     if (!options_.tune_mode || *options_.tune_mode != TuneMode::off) {
       auto tuner = tuner_for(drv, ctx, info);

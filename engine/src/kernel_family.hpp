@@ -40,7 +40,14 @@ class KernelFamily {
   virtual const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
   // Structural rules of a tiling (divisibility, ranges); resource limits are checked apart.
   virtual Status check_tiling(const Semantics& s, const Tiling& t) const = 0;
-  virtual Tiling default_tiling(const Arch& arch, const Semantics& s) const = 0;
+  // The tiling used when nothing was tuned. `shape` is null ahead of time (any shape); a rule
+  // may look at it only through its power-of-two size buckets (autotune/problem_bucket.hpp),
+  // since plans are cached per bucket.
+  virtual Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
+  // Every tiling default_tiling() may return for some shape: what warming a cache compiles.
+  virtual std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const {
+    return {default_tiling(arch, s, nullptr)};
+  }
   // Every tiling worth timing on this arch (structurally valid and fitting shared memory).
   virtual std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const = 0;
   // The kernels of a variant's module, in the order launch plans refer to them.

@@ -192,7 +192,7 @@ TEST_CASE("C ABI v2: every new field is converted and checked by name") {
   const flashjit_status st = flashjit_precompile_v2(e, &a, "sm_90a", name, sizeof name);
   INFO(flashjit_last_error());
   CHECK(st == FLASHJIT_OK);
-  CHECK(has(name, "fa2_sm80-f16-dqk64-dv64-causal-varlen-window-softcap-alibi-sinks-vec8-m"));
+  CHECK(has(name, "fa3_sm90-f16-dqk64-dv64-causal-varlen-window-softcap-alibi-sinks-vec8-g"));  // fa3 on sm_90a
   flashjit_engine_destroy(e);
 }
 

@@ -74,7 +74,7 @@ void compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs, const 
 
 // Every registered family, for each arch it builds for: the variant it would run.
 void add_for_families(std::vector<std::pair<KernelVariant, Arch>>& jobs, const Arch& arch, const Semantics& s) {
-  for (const KernelFamily* f : families_for(arch, s)) jobs.push_back({{f->name(), s, f->default_tiling(arch, s)}, arch});
+  for (const KernelFamily* f : families_for(arch, s)) jobs.push_back({{f->name(), s, f->default_tiling(arch, s, nullptr)}, arch});
 }
 
 const char* const kArchs[] = {"sm_80", "sm_90a"};

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "compiler.hpp"
 #include "kernel_family.hpp"
@@ -29,7 +30,7 @@ Semantics fa3_semantics(DType dt, int d, Mask m) {
 
 }  // namespace
 
-TEST_CASE("fa3_sm90 refuses sm_80, fp32 and what TMA cannot address, and serves 16-bit Hopper problems") {
+TEST_CASE("fa3_sm90 refuses sm_80, fp32, paged K/V and what TMA cannot address, and serves 16-bit Hopper problems") {
   const KernelFamily* f = find_family("fa3_sm90");
   REQUIRE(f != nullptr);
   const Arch sm80 = Arch::parse("sm_80").value(), sm90 = Arch::parse("sm_90a").value();
@@ -43,13 +44,53 @@ TEST_CASE("fa3_sm90 refuses sm_80, fp32 and what TMA cannot address, and serves 
   Semantics fp32 = s;
   fp32.dtype = DType::f32;
   CHECK(f->refusal(sm90, fp32, nullptr) != nullptr);
-  ProblemShape no_keys{2, 64, 0, 8, 2};
+  ProblemShape no_keys{2, 64, 0, 8, 2}, no_queries{2, 0, 64, 8, 2};
   CHECK(f->refusal(sm90, s, &no_keys) != nullptr);
+  CHECK(f->refusal(sm90, s, &no_queries) != nullptr);
+  Semantics paged = s;
+  paged.paged = paged.kv_lens = true;
+  CHECK(f->refusal(sm90, paged, nullptr) != nullptr);
+  // Everything else the engine serves: Dqk != Dv, padded head dims and the v2 semantics.
+  Semantics rich = s;
+  rich.head_dim_qk = 192;
+  rich.head_dim_v = 72;
+  rich.varlen = rich.window = rich.softcap = rich.alibi = rich.sinks = rich.kv_lens = true;
+  CHECK(f->refusal(sm90, rich, nullptr) == nullptr);
   // Dispatch of a prefill shape: fa3_sm90 on sm_90a, fa2_sm80 for what it refuses.
   const ProblemShape prefill{2, 1024, 1024, 8, 2};
   CHECK(std::string(pick_family(sm90, s, &prefill)->name()) == "fa3_sm90");
   CHECK(std::string(pick_family(sm90, narrow, &prefill)->name()) == "fa2_sm80");
   CHECK(std::string(pick_family(sm80, s, &prefill)->name()) == "fa2_sm80");
+  CHECK(std::string(pick_family(sm90, paged, &prefill)->name()) != "fa3_sm90");
+}
+
+TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budget, named in the error") {
+  const KernelFamily* f = find_family("fa3_sm90");
+  REQUIRE(f != nullptr);
+  const Arch sm90 = Arch::parse("sm_90a").value();
+  const Semantics d64 = fa3_semantics(DType::f16, 64, Mask::none), d256 = fa3_semantics(DType::f16, 256, Mask::none);
+  auto tiling = [&](int g, int n, int st) { return Tiling(f->knobs(), {g, n, st}); };
+  CHECK(f->check_tiling(d64, tiling(3, 112, 2)).ok());
+  CHECK(f->check_tiling(d64, tiling(4, 64, 2)).error().message().find("warpgroups") != std::string::npos);
+  CHECK(f->check_tiling(d64, tiling(1, 72, 2)).error().message().find("multiple of 16") != std::string::npos);
+  CHECK(f->check_tiling(d64, tiling(1, 64, 5)).error().message().find("stages") != std::string::npos);
+  // Three consumers hold 160 registers each: O, S and P of D = 256 do not fit.
+  CHECK(f->check_tiling(d256, tiling(3, 64, 2)).error().message().find("registers") != std::string::npos);
+  CHECK(f->check_tiling(d256, tiling(2, 128, 2)).error().message().find("registers") != std::string::npos);
+  // D = 64 takes one consumer for short sequences (the 1K bucket and below), three otherwise; a
+  // warm-up compiles both.
+  const ProblemShape short_seq{16, 1024, 1024, 32, 32}, long_seq{1, 1025, 1025, 32, 32};
+  CHECK(f->default_tiling(sm90, d64, &short_seq)[0] == 1);
+  CHECK(f->default_tiling(sm90, d64, &long_seq)[0] == 3);
+  CHECK(f->default_tiling(sm90, d64, nullptr)[0] == 3);
+  CHECK(f->default_tilings(sm90, d64).size() == 2);
+  CHECK(f->default_tilings(sm90, d256).size() == 1);
+  for (const Semantics& s : {d64, d256}) {
+    CHECK(f->check_tiling(s, f->default_tiling(sm90, s, nullptr)).ok());
+    const auto candidates = f->candidate_tilings(sm90, s);
+    CHECK(candidates.size() >= 4);
+    for (const Tiling& t : candidates) CHECK(f->check_tiling(s, t).ok());
+  }
 }
 
 TEST_CASE("ptxas keeps fa3_sm90's wgmmas asynchronous and spill-free for every candidate tiling") {
@@ -57,21 +98,30 @@ TEST_CASE("ptxas keeps fa3_sm90's wgmmas asynchronous and spill-free for every c
   const KernelFamily* f = find_family("fa3_sm90");
   REQUIRE(f != nullptr);
   const Arch arch = Arch::parse("sm_90a").value();
-  int compiled = 0;
+  // Every candidate of the three common head dims, and the default tiling of semantics that add
+  // per-score work (transforms, masks at both window edges), padded head dims and Dqk != Dv.
+  std::vector<KernelVariant> variants;
   for (int d : {64, 128, 256})
     for (Mask m : {Mask::none, Mask::causal}) {
       const Semantics s = fa3_semantics(d == 128 ? DType::f16 : DType::bf16, d, m);
-      for (const Tiling& t : f->candidate_tilings(arch, s)) {
-        const KernelVariant v{f->name(), s, t};
-        auto r = compile_cubin({v.name(), render_source(*f, v), arch});
-        REQUIRE_MESSAGE(r.ok(), v.name() << ": " << (r.ok() ? "" : r.error().to_string()));
-        INFO(v.name() << "\n" << r->log);
-        CHECK(r->log.find("Used ") != std::string::npos);  // ptxas -v spoke: the checks below mean something
-        CHECK(r->log.find("Performance Loss") == std::string::npos);
-        CHECK(r->log.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
-        ++compiled;
-      }
+      for (const Tiling& t : f->candidate_tilings(arch, s)) variants.push_back({f->name(), s, t});
     }
+  for (auto [dqk, dv] : {std::pair<int, int>{192, 128}, {96, 96}, {72, 72}, {32, 32}, {200, 200}}) {
+    Semantics s = fa3_semantics(DType::f16, dqk, Mask::causal);
+    s.head_dim_v = dv;
+    s.varlen = s.window = s.softcap = s.alibi = s.sinks = s.kv_lens = true;
+    variants.push_back({f->name(), s, f->default_tiling(arch, s, nullptr)});
+  }
+  int compiled = 0;
+  for (const KernelVariant& v : variants) {
+    auto r = compile_cubin({v.name(), render_source(*f, v), arch});
+    REQUIRE_MESSAGE(r.ok(), v.name() << ": " << (r.ok() ? "" : r.error().to_string()));
+    INFO(v.name() << "\n" << r->log);
+    CHECK(r->log.find("Used ") != std::string::npos);  // ptxas -v spoke: the checks below mean something
+    CHECK(r->log.find("Performance Loss") == std::string::npos);
+    CHECK(r->log.find("0 bytes spill stores, 0 bytes spill loads") != std::string::npos);
+    ++compiled;
+  }
   unsetenv("FLASHJIT_NVRTC_OPTIONS");
-  CHECK(compiled >= 30);
+  CHECK(compiled >= 100);
 }

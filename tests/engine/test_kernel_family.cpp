@@ -80,7 +80,7 @@ TEST_CASE("fa2_sm80 tiling rules and shared-memory pruning") {
     CHECK(variant_smem_bytes({f->name(), s, t}) <= arch_smem_limit(sm86));
   CHECK(f->candidate_tilings(sm90, s).size() > f->candidate_tilings(sm86, s).size());
   for (const Arch& a : {sm86, sm90}) {
-    const Tiling t = f->default_tiling(a, s);
+    const Tiling t = f->default_tiling(a, s, nullptr);
     CHECK(f->check_tiling(s, t).ok());
     CHECK(check_variant({f->name(), s, t}, a).ok());
   }

@@ -106,7 +106,8 @@ int run(int argc, char** argv) {
           if (const char* why = f->refusal(arch, variant.semantics, nullptr))
             throw CLI::ValidationError("--family", family_name + " refuses this problem: " + why);
           variant.family = f->name();
-          variant.tiling = f->default_tiling(arch, variant.semantics);
+          const ProblemShape shape{spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads_q, spec.heads_kv};
+          variant.tiling = f->default_tiling(arch, variant.semantics, &shape);
         }
         std::vector<Tiling> list;
         if (tilings == "default") list = {variant.tiling};

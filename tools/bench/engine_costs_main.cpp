@@ -98,7 +98,7 @@ int dispatch(int calls, nlohmann::json& out) {
   auto problem = validate_problem(c.args());
   if (!problem.ok()) return 1;
   const KernelFamily* family = pick_family(arch, problem->semantics, &problem->shape);
-  const KernelVariant variant{family->name(), problem->semantics, family->default_tiling(arch, problem->semantics)};
+  const KernelVariant variant{family->name(), problem->semantics, family->default_tiling(arch, problem->semantics, &problem->shape)};
   auto own_cubin = compile_cubin({"own", render_source(*family, variant), arch});
   if (!own_cubin.ok()) return std::fprintf(stderr, "%s\n", own_cubin.error().to_string().c_str()), 1;
   CUmodule own_mod = nullptr;

@@ -42,13 +42,18 @@ Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs
         return Error(Code::unsupported, where() + ": " + (why.ok() ? "no family" : why.error().message()));
       }
       for (const KernelFamily* family : families) {
-        KernelVariant v{family->name(), spec.semantics, family->default_tiling(arch, spec.semantics)};
+        KernelVariant v{family->name(), spec.semantics, family->default_tiling(arch, spec.semantics, nullptr)};
         if (!spec.tiling.empty()) {
           auto t = Tiling::parse(family->knobs(), spec.tiling);
           if (!t.ok()) return Error(Code::invalid_argument, where() + ": " + t.error().message());
           v.tiling = t.value();
+          FJ_TRY(add(v, arch, spec));
+        } else {
+          for (const Tiling& t : family->default_tilings(arch, spec.semantics)) {  // one per shape class
+            v.tiling = t;
+            FJ_TRY(add(v, arch, spec));
+          }
         }
-        FJ_TRY(add(v, arch, spec));
         if (!all_tilings) continue;
         for (const Tiling& t : family->candidate_tilings(arch, v.semantics)) {
           KernelVariant c = v;

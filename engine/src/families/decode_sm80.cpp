@@ -62,7 +62,7 @@ class DecodeSm80 final : public KernelFamily {
   // the H100, bf16, D = 128, against 64-key tiles on 4 warps with three stages (two CTAs an SM):
   // 16% faster at (1, 32:8, 32K), 9% at (16, 32:8, 4K), 1% at (64, 32:32, 2K). Larger head dims
   // shrink to 4 warps to fit.
-  Tiling default_tiling(const Arch& arch, const Semantics& s) const override {
+  Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     Tiling t(kKnobs, {1, 8, 16, 2, 0});
     while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kStages] > 2) --t[kStages];
     while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kWarps] > 2) t[kWarps] /= 2;
@@ -79,7 +79,7 @@ class DecodeSm80 final : public KernelFamily {
             if (layout(s, t).smem_bytes <= arch_smem_limit(arch)) out.push_back(t);
           }
     // Fixed split counts of the default code: the same compiled kernel, other grids.
-    const Tiling def = default_tiling(arch, s);
+    const Tiling def = default_tiling(arch, s, nullptr);
     for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
       Tiling t = def;
       t[kSplits] = splits;

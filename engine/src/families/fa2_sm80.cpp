@@ -52,7 +52,7 @@ class Fa2Sm80 final : public KernelFamily {
   }
 
   // Defaults from timing on the H100 (bench/); sm_8x parts with 99 KB get the smaller tiles.
-  Tiling default_tiling(const Arch& arch, const Semantics& s) const override {
+  Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     Tiling t;
     if (s.dtype == DType::f32) {
