@@ -129,6 +129,14 @@ Result<TuneOutcome> tune(const std::vector<Tiling>& candidates, const Tiling& de
       e.with(r.tiling.name(), std::string(candidate_status_name(r.status)) + ": " + r.reason);
     return e;
   }
+  // Within the noise margin of the default, the default stays.
+  if (out.default_ms && out.results[*best].tiling != default_tiling &&
+      *out.results[*best].ms * (1 + options.min_gain) >= *out.default_ms) {
+    log("tune: " + out.results[*best].tiling.name() + " (" + format_ms(*out.results[*best].ms) + ") is within " +
+        std::to_string(int(options.min_gain * 100 + 0.5)) + "% of the default " + default_tiling.name() + " (" +
+        format_ms(*out.default_ms) + "); keeping the default");
+    best = 0;
+  }
   out.best = out.results[*best].tiling;
   out.best_ms = *out.results[*best].ms;
   if (progress) progress(order.size(), order.size(), out.best, out.elapsed_s);

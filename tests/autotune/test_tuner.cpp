@@ -236,3 +236,20 @@ TEST_CASE("tuner: an outcome becomes a record") {
   CHECK(r.tuned_at.back() == 'Z');
   CHECK(*r.speedup() == doctest::Approx(*o->speedup()));
 }
+
+TEST_CASE("tuner: a candidate must beat the default by more than the noise margin to replace it") {
+  const Tiling other = T(128, 64, 8, 3);
+  for (auto [other_ms, wins] : {std::pair<double, bool>{0.985, false}, {0.97, true}}) {
+    FakeGpu gpu;
+    for (const Tiling& t : sample_candidates()) gpu.set_time(t, 2.0);
+    gpu.set_time(kDefault, 1.0);
+    gpu.set_time(other, other_ms);
+    LogSink log;
+    auto o = tune(sample_candidates(), kDefault, gpu.measure(), {}, {}, log.fn());
+    REQUIRE(o.ok());
+    INFO(other_ms);
+    CHECK(o->best == (wins ? other : kDefault));
+    CHECK(o->best_ms == doctest::Approx(wins ? other_ms : 1.0));
+    CHECK(log.contains("keeping the default") == !wins);
+  }
+}
