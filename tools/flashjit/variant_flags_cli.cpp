@@ -26,7 +26,7 @@ void add_variant_flags(CLI::App* g, VariantFlags& flags) {
   });
   g->add_option("--family", flags.family, "Kernel family (default: every family that serves the variant)")
       ->type_name("NAME");
-  g->add_option("--tiling", flags.tiling, "Fixed tiling such as m128n64w4s2 (default: each family's choice)")
+  g->add_option("--tiling", flags.tiling, "Fixed tiling such as m128n64w4s2 (default: each family's defaults, one per shape class where they differ)")
       ->type_name("TILING");
   g->add_option("--vec", flags.vec, "Elements per global access: 1, 2, 4 or 8 (default: the widest the dims allow)")
       ->type_name("N")
