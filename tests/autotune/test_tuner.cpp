@@ -239,7 +239,10 @@ TEST_CASE("tuner: an outcome becomes a record") {
 
 TEST_CASE("tuner: a candidate must beat the default by more than the noise margin to replace it") {
   const Tiling other = T(128, 64, 8, 3);
-  for (auto [other_ms, wins] : {std::pair<double, bool>{0.985, false}, {0.97, true}}) {
+  // Plain variables, not a structured binding: clang's C++17 refuses to capture those in INFO.
+  for (const auto& run : {std::pair<double, bool>{0.985, false}, {0.97, true}}) {
+    const double other_ms = run.first;
+    const bool wins = run.second;
     FakeGpu gpu;
     for (const Tiling& t : sample_candidates()) gpu.set_time(t, 2.0);
     gpu.set_time(kDefault, 1.0);
