@@ -15,6 +15,7 @@ inline constexpr std::int64_t kMaxPages = (std::int64_t(1) << 31) - 1;  // page 
 
 struct ProblemShape {
   std::int64_t batch = 0, seqlen_q = 0, seqlen_k = 0, heads_q = 0, heads_kv = 0;
+  std::int64_t page_size = 0;  // keys per page of a paged cache; 0 when K and V are not paged
 };
 
 }  // namespace flashjit

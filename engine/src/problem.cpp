@@ -203,7 +203,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
                                 {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
 
-  out.shape = {batch, seq_q, seq_k, Hq, Hkv};
+  out.shape = {batch, seq_q, seq_k, Hq, Hkv, paged ? Sk : 0};
   out.empty = batch == 0 || seq_q == 0 || Hq == 0 || Sq == 0;
   out.scale = scale;
   Semantics& s = out.semantics;

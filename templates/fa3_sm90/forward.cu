@@ -15,9 +15,10 @@
 // Semantics: causal and sliding windows skip the key tiles no row of the CTA sees and mask the
 // tiles they cut; softcap and ALiBi transform every score; sinks join the final denominator;
 // varlen and kv_lens place and shorten each sequence (TMA boxes may reach into the neighbouring
-// sequence's rows: those keys are masked and those rows never stored).
+// sequence's rows: those keys are masked and those rows never stored); paged caches load each
+// tile box by box from the pages the block table names.
 // Not yet: a persistent scheduler (causal grids run their heaviest blocks first instead), TMA
-// stores of O, paged K/V.
+// stores of O.
 #include "common/attention_params.cuh"
 #include "common/online_softmax.cuh"
 #include "common/score_tile.cuh"
@@ -49,10 +50,29 @@ FJ_DEVICE void load_tile(const FjTensorMap* map, unsigned char* dst, int k0, int
     tma_load_4d(dst + a * kBlockN * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0, batch, bar);
 }
 
+// The same tile from a paged pool: box by box of kv_box_rows keys, each from the page the block
+// table names for it (entries clamped to the pools; keys past the table are masked, so their
+// entry is clamped to its last). Box rows are a multiple of 8, so every box starts on the
+// swizzle's 1024-byte repeat.
+template <int kAtoms>
+FJ_DEVICE void load_paged_tile(const FjTensorMap* map, unsigned char* dst, const FjAttentionParams& p,
+                               const int* table_row, int box_rows, int n0, int kv_head, unsigned long long* bar) {
+  mbarrier_arrive_expect_tx(bar, unsigned(kAtoms * kBlockN * kAtomBytes));
+  for (int r = 0; r < kBlockN; r += box_rows) {
+    const int key = n0 + r, entry = key / p.page_size;
+    const int page = min(max(table_row[min(entry, p.max_pages - 1)], 0), p.num_pages - 1);
+    const int slot = key - entry * p.page_size;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+      tma_load_4d(dst + (a * kBlockN + r) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, slot, page, bar);
+  }
+}
+
 // The producer's one thread: Q once, then K and V of every tile, each stage refilled once every
 // consumer warp has released it (round r of a stage waits for the consumers' release of round r - 1).
-FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const Sequence& seq, int head,
-                       int kv_head, int m0, int first_tile, int n_tiles) {
+FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const Sequence& seq, int b,
+                       int head, int kv_head, int m0, int first_tile, int n_tiles) {
+  const int* table_row = kPaged ? prm.attn.block_table + b * prm.attn.table_stride : nullptr;
   prefetch_tensor_map(&prm.q_map);
   prefetch_tensor_map(&prm.k_map);
   prefetch_tensor_map(&prm.v_map);
@@ -64,12 +84,20 @@ FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& ba
   for (int j = 0; j < n_tiles; ++j) {
     const int stage = j % kStages, round = j / kStages;
     const int k0 = seq.k_start + (first_tile + j) * kBlockN;
+    unsigned char* k_dst = smem + kLayout.k_offset + stage * kLayout.k_bytes;
+    unsigned char* v_dst = smem + kLayout.v_offset + stage * kLayout.v_bytes;
     if (round > 0) mbarrier_wait(&bars.k_empty[stage], unsigned(round - 1) & 1u);
-    load_tile<kLayout.atoms_qk>(&prm.k_map, smem + kLayout.k_offset + stage * kLayout.k_bytes, k0, kv_head, seq.batch,
-                                &bars.k_full[stage]);
+    if constexpr (kPaged)
+      load_paged_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, prm.attn, table_row, prm.kv_box_rows, k0, kv_head,
+                                        &bars.k_full[stage]);
+    else
+      load_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, k0, kv_head, seq.batch, &bars.k_full[stage]);
     if (round > 0) mbarrier_wait(&bars.v_empty[stage], unsigned(round - 1) & 1u);
-    load_tile<kLayout.atoms_v>(&prm.v_map, smem + kLayout.v_offset + stage * kLayout.v_bytes, k0, kv_head, seq.batch,
-                               &bars.v_full[stage]);
+    if constexpr (kPaged)
+      load_paged_tile<kLayout.atoms_v>(&prm.v_map, v_dst, prm.attn, table_row, prm.kv_box_rows, k0, kv_head,
+                                       &bars.v_full[stage]);
+    else
+      load_tile<kLayout.atoms_v>(&prm.v_map, v_dst, k0, kv_head, seq.batch, &bars.v_full[stage]);
   }
 }
 
@@ -268,7 +296,7 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
   const int tid = threadIdx.x, wg = tid / kWgThreads, warp = (tid % kWgThreads) / 32, lane = tid % 32;
   const int head = blockIdx.y;
   const int kv_head = head / p.group;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, false>(p, blockIdx.z);
+  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, blockIdx.z);
   // Causal: the last query blocks see the most keys; start them first, so the grid's tail is
   // the lightest blocks rather than the heaviest (one heavy block left alone idles the GPU).
   const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -295,7 +323,7 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
 
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (warp == 0 && lane == 0 && n_tiles > 0) produce(prm, smem, bars, seq, head, kv_head, m0, first_tile, n_tiles);
+    if (warp == 0 && lane == 0 && n_tiles > 0) produce(prm, smem, bars, seq, blockIdx.z, head, kv_head, m0, first_tile, n_tiles);
     return;
   }
   setmaxnreg_inc<kConsumerRegs>();

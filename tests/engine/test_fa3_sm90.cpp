@@ -30,7 +30,7 @@ Semantics fa3_semantics(DType dt, int d, Mask m) {
 
 }  // namespace
 
-TEST_CASE("fa3_sm90 refuses sm_80, fp32, paged K/V and what TMA cannot address, and serves 16-bit Hopper problems") {
+TEST_CASE("fa3_sm90 refuses sm_80, fp32, pages of other than 8k keys and what TMA cannot address, and serves 16-bit Hopper problems") {
   const KernelFamily* f = find_family("fa3_sm90");
   REQUIRE(f != nullptr);
   const Arch sm80 = Arch::parse("sm_80").value(), sm90 = Arch::parse("sm_90a").value();
@@ -47,9 +47,13 @@ TEST_CASE("fa3_sm90 refuses sm_80, fp32, paged K/V and what TMA cannot address, 
   ProblemShape no_keys{2, 64, 0, 8, 2}, no_queries{2, 0, 64, 8, 2};
   CHECK(f->refusal(sm90, s, &no_keys) != nullptr);
   CHECK(f->refusal(sm90, s, &no_queries) != nullptr);
+  // Paged caches: boxes of a multiple of 8 keys, so pages of 16 serve and pages of 12 do not.
   Semantics paged = s;
   paged.paged = paged.kv_lens = true;
-  CHECK(f->refusal(sm90, paged, nullptr) != nullptr);
+  CHECK(f->refusal(sm90, paged, nullptr) == nullptr);
+  ProblemShape pages16{2, 1024, 4096, 8, 2, 16}, pages12{2, 1024, 4096, 8, 2, 12};
+  CHECK(f->refusal(sm90, paged, &pages16) == nullptr);
+  CHECK(f->refusal(sm90, paged, &pages12) != nullptr);
   // Everything else the engine serves: Dqk != Dv, padded head dims and the v2 semantics.
   Semantics rich = s;
   rich.head_dim_qk = 192;
@@ -61,7 +65,8 @@ TEST_CASE("fa3_sm90 refuses sm_80, fp32, paged K/V and what TMA cannot address, 
   CHECK(std::string(pick_family(sm90, s, &prefill)->name()) == "fa3_sm90");
   CHECK(std::string(pick_family(sm90, narrow, &prefill)->name()) == "fa2_sm80");
   CHECK(std::string(pick_family(sm80, s, &prefill)->name()) == "fa2_sm80");
-  CHECK(std::string(pick_family(sm90, paged, &prefill)->name()) != "fa3_sm90");
+  CHECK(std::string(pick_family(sm90, paged, &pages16)->name()) == "fa3_sm90");
+  CHECK(std::string(pick_family(sm90, paged, &pages12)->name()) == "fa2_sm80");
 }
 
 TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budget, named in the error") {
@@ -110,6 +115,7 @@ TEST_CASE("ptxas keeps fa3_sm90's wgmmas asynchronous and spill-free for every c
     Semantics s = fa3_semantics(DType::f16, dqk, Mask::causal);
     s.head_dim_v = dv;
     s.varlen = s.window = s.softcap = s.alibi = s.sinks = s.kv_lens = true;
+    s.paged = dqk == 192;  // one paged variant: the producer's per-page boxes
     variants.push_back({f->name(), s, f->default_tiling(arch, s, nullptr)});
   }
   int compiled = 0;

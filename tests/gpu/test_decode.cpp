@@ -118,7 +118,7 @@ TEST_CASE("paged caches: page sizes 1, 16, 64, 256 with shuffled block tables, d
   std::vector<CaseSpec> cases;
   std::uint64_t seed = 8300;
   for (std::int64_t page : {1, 16, 64, 256})
-    for (std::int64_t sq : {1, 4, 200}) {  // 200 queries: chunked prefill on fa2_sm80
+    for (std::int64_t sq : {1, 4, 200}) {  // 200 queries: chunked prefill (fa3_sm90 on sm_90a for pages of 8k keys)
       ++seed;
       CaseSpec c = decode_case(seed % 2 ? DType::bf16 : DType::f16, 3, 8, 2, sq, 1100, seed);
       c.mask = sq > 1 ? Mask::causal : Mask::none;

@@ -113,7 +113,7 @@ TEST_CASE("fa3_sm90: head dims padded to wgmma's 16 and to TMA's 64-wide atoms, 
     }
 }
 
-TEST_CASE("fa3_sm90: varlen, kv_lens, windows, softcap, ALiBi and sinks; error next to fa2_sm80's") {
+TEST_CASE("fa3_sm90: varlen, kv_lens, paged caches, windows, softcap, ALiBi and sinks; error next to fa2_sm80's") {
   if (!on_sm90()) return;
   std::uint64_t seed = 9300;
   for (DType dt : {DType::f16, DType::bf16})
@@ -143,6 +143,12 @@ TEST_CASE("fa3_sm90: varlen, kv_lens, windows, softcap, ALiBi and sinks; error n
       sk.sinks = true;
       sk.sink_mean = 6.f;  // dominant sinks
       compare_with_fa2(sk);
+      for (std::int64_t page : {16, 64, 256}) {  // a box a page, several, or a page split over tiles
+        CaseSpec pg = fa3_case(dt, 128, m, 333, 1000, ++seed);
+        pg.page_size = page;
+        pg.kv_lens = {1000, 517};
+        compare_with_fa2(pg);
+      }
       CaseSpec all = fa3_case(dt, 192, m, 0, 0, ++seed);
       all.head_dim_v = 128;
       all.varlen_q = {300, 1, 640};
@@ -201,6 +207,10 @@ TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   rich.alibi = true;
   rich.sinks = true;
   cases.push_back(rich);
+  CaseSpec paged = fa3_case(DType::bf16, 128, Mask::causal, 100, 300, ++seed);
+  paged.page_size = 32;
+  paged.kv_lens = {300, 77};
+  cases.push_back(paged);
   for (const CaseSpec& s : cases) {
     INFO(s.describe());
     auto c = tools::AttentionCase::create(Fixture::get().gpu, s);

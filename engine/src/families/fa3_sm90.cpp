@@ -3,6 +3,8 @@
 // refusal() names.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+#include <string>
 
 #include "attention_params.hpp"
 #include "kernel_family.hpp"
@@ -29,6 +31,7 @@ constexpr int kAtom = fj_layout::kAtomElems;
 constexpr int kMaxWarpgroups = 3;   // 4 warpgroups with the producer: 512 threads, 160 registers a consumer
 constexpr int kMaxBox = 256;        // TMA boxes hold at most 256 rows
 constexpr int kRegsReserved = 40;
+constexpr int kPageRowsMultiple = 8;  // a paged box's rows: the 128-byte swizzle repeats every 8 rows
 constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets   // a consumer's addresses, loop state and softmax statistics besides O, S and P
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
 // 112 at 192, 128-176 at 128, 128-192 at 64) and their neighbours.
@@ -63,7 +66,8 @@ class Fa3Sm90 final : public KernelFamily {
     if (s.dtype == DType::f32) return "fp32 stays on fa2_sm80";
     if (s.vec != 8 || s.head_dim_qk % 8 != 0 || s.head_dim_v % 8 != 0)
       return "TMA needs every tensor's address and strides 16-byte aligned and a contiguous head dim";
-    if (s.paged) return "paged K/V is not on fa3_sm90 yet";
+    if (s.paged && shape && shape->page_size % kPageRowsMultiple != 0)
+      return "paged caches whose page size is not a multiple of 8 keys: TMA boxes must start on the swizzle's 8-row repeat";
     if (shape && (shape->seqlen_q == 0 || shape->seqlen_k == 0))
       return "an empty problem (no queries or no keys): a TMA view needs at least one row";
     return nullptr;
@@ -137,12 +141,22 @@ class Fa3Sm90 final : public KernelFamily {
     FjFa3Params& fp = main.params.emplace<FjFa3Params>();
     fill_attention_params(p, fp.attn);
     const AttentionArgs& a = *p.args;
+    // A paged pool's boxes hold the keys the page size and BLOCK_N have in common, so none
+    // crosses a page (refusal() ensured a multiple of 8).
+    int kv_rows = t[kBlockN];
+    if (v.semantics.paged) {
+      kv_rows = std::gcd(t[kBlockN], fp.attn.page_size);
+      if (kv_rows % kPageRowsMultiple != 0)
+        return Error(Code::unsupported, "fa3_sm90: page size " + std::to_string(fp.attn.page_size) +
+                                            " is not a multiple of 8 keys");
+    }
+    fp.kv_box_rows = kv_rows;
     const struct {
       TmaView view;
       FjTensorMap* map;
     } maps[] = {{box_view("q", a.q, fj_layout::kWarpgroupRows), &fp.q_map},
-                {box_view("k", a.k, t[kBlockN]), &fp.k_map},
-                {box_view("v", a.v, t[kBlockN]), &fp.v_map}};
+                {box_view("k", a.k, kv_rows), &fp.k_map},
+                {box_view("v", a.v, kv_rows), &fp.v_map}};
     for (const auto& m : maps) {
       auto encoded = encode_tma_map_cached(m.view);
       if (!encoded.ok()) return std::move(encoded).error();
