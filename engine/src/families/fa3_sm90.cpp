@@ -30,9 +30,9 @@ constexpr int kPriority = 75;  // after decode_sm80 (decode shapes), before fa2_
 constexpr int kAtom = fj_layout::kAtomElems;
 constexpr int kMaxWarpgroups = 3;   // 4 warpgroups with the producer: 512 threads, 160 registers a consumer
 constexpr int kMaxBox = 256;        // TMA boxes hold at most 256 rows
-constexpr int kRegsReserved = 40;
+constexpr int kRegsReserved = 40;  // a consumer's addresses, loop state and softmax statistics besides O, S and P
 constexpr int kPageRowsMultiple = 8;  // a paged box's rows: the 128-byte swizzle repeats every 8 rows
-constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets   // a consumer's addresses, loop state and softmax statistics besides O, S and P
+constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
 // 112 at 192, 128-176 at 128, 128-192 at 64) and their neighbours.
 constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
