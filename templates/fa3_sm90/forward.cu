@@ -17,8 +17,12 @@
 // varlen and kv_lens place and shorten each sequence (TMA boxes may reach into the neighbouring
 // sequence's rows: those keys are masked and those rows never stored); paged caches load each
 // tile box by box from the pages the block table names.
-// Not yet: a persistent scheduler (causal grids run their heaviest blocks first instead), TMA
-// stores of O.
+//
+// A CTA walks one tile or, on a persistent grid, many (fa3_sm90/tile_walk.cuh): the barriers'
+// rounds then run on across tiles, Q's buffer is refilled once every consumer has issued its
+// last Q.K^T of the previous tile, and the consumers' turns at the tensor cores continue from
+// one tile to the next.
+// Not yet: TMA stores of O.
 #include "common/attention_params.cuh"
 #include "common/online_softmax.cuh"
 #include "common/score_tile.cuh"
@@ -27,6 +31,7 @@
 #include "common/sm90/wgmma.cuh"
 #include "fa3_sm90/config.cuh"
 #include "fa3_sm90/params.cuh"
+#include "fa3_sm90/tile_walk.cuh"
 
 namespace fj::fa3 {
 
@@ -35,7 +40,7 @@ using namespace fj::sm90;
 using Softmax = OnlineSoftmax<1, kNTilesS, kNTilesO>;
 
 struct Barriers {
-  unsigned long long q_full;
+  unsigned long long q_full, q_empty;
   unsigned long long k_full[kStages], v_full[kStages];
   unsigned long long k_empty[kStages], v_empty[kStages];
 };
@@ -68,36 +73,59 @@ FJ_DEVICE void load_paged_tile(const FjTensorMap* map, unsigned char* dst, const
   }
 }
 
-// The producer's one thread: Q once, then K and V of every tile, each stage refilled once every
-// consumer warp has released it (round r of a stage waits for the consumers' release of round r - 1).
-FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const Sequence& seq, int b,
-                       int head, int kv_head, int m0, int first_tile, int n_tiles) {
-  const int* table_row = kPaged ? prm.attn.block_table + b * prm.attn.table_stride : nullptr;
+// K/V round r of a stage waits for the consumers' release of round r - 1; rounds count tiles
+// across the CTA's whole walk, so barriers' phases carry on from one work tile to the next.
+struct Ring {
+  int it = 0;  // K/V tiles this CTA has streamed before the current work tile
+  FJ_DEVICE int stage(int j) const { return (it + j) % kStages; }
+  FJ_DEVICE unsigned phase(int j) const { return unsigned((it + j) / kStages) & 1u; }
+  FJ_DEVICE bool refill(int j) const { return it + j >= kStages; }
+  FJ_DEVICE unsigned previous_phase(int j) const { return phase(j) ^ 1u; }
+};
+
+// The producer's one thread: per work tile K and V of every key tile, each stage refilled once
+// every consumer warp has released it, and Q once its buffer is free (after the first K tile,
+// so the next tile's keys stream while the consumers finish the last one).
+FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const TileWalk& walk) {
+  const FjAttentionParams& p = prm.attn;
   prefetch_tensor_map(&prm.q_map);
   prefetch_tensor_map(&prm.k_map);
   prefetch_tensor_map(&prm.v_map);
-  mbarrier_arrive_expect_tx(&bars.q_full, unsigned(kLayout.q_bytes));
-  for (int w = 0; w < kConsumers; ++w)
-    for (int a = 0; a < kLayout.atoms_qk; ++a)
-      tma_load_4d(smem + kLayout.q_offset + (w * kLayout.atoms_qk + a) * kRowsPerWg * kAtomBytes, &prm.q_map,
-                  a * fj_layout::kAtomElems, head, seq.q_start + m0 + w * kRowsPerWg, seq.batch, &bars.q_full);
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j % kStages, round = j / kStages;
-    const int k0 = seq.k_start + (first_tile + j) * kBlockN;
-    unsigned char* k_dst = smem + kLayout.k_offset + stage * kLayout.k_bytes;
-    unsigned char* v_dst = smem + kLayout.v_offset + stage * kLayout.v_bytes;
-    if (round > 0) mbarrier_wait(&bars.k_empty[stage], unsigned(round - 1) & 1u);
-    if constexpr (kPaged)
-      load_paged_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, prm.attn, table_row, prm.kv_box_rows, k0, kv_head,
-                                        &bars.k_full[stage]);
-    else
-      load_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, k0, kv_head, seq.batch, &bars.k_full[stage]);
-    if (round > 0) mbarrier_wait(&bars.v_empty[stage], unsigned(round - 1) & 1u);
-    if constexpr (kPaged)
-      load_paged_tile<kLayout.atoms_v>(&prm.v_map, v_dst, prm.attn, table_row, prm.kv_box_rows, k0, kv_head,
-                                       &bars.v_full[stage]);
-    else
-      load_tile<kLayout.atoms_v>(&prm.v_map, v_dst, k0, kv_head, seq.batch, &bars.v_full[stage]);
+  Ring ring;
+  int q_round = 0;
+  for (int t = walk.first(); t < walk.total; t += walk.stride) {
+    const TileWork w = walk.work(p, t);
+    if (!w.has_keys()) continue;
+    const int* table_row = kPaged ? p.block_table + w.b * p.table_stride : nullptr;
+    for (int j = 0; j < w.n_tiles; ++j) {
+      const int stage = ring.stage(j);
+      const int k0 = w.seq.k_start + (w.first_tile + j) * kBlockN;
+      unsigned char* k_dst = smem + kLayout.k_offset + stage * kLayout.k_bytes;
+      unsigned char* v_dst = smem + kLayout.v_offset + stage * kLayout.v_bytes;
+      if (ring.refill(j)) mbarrier_wait(&bars.k_empty[stage], ring.previous_phase(j));
+      if constexpr (kPaged)
+        load_paged_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, p, table_row, prm.kv_box_rows, k0, w.kv_head,
+                                          &bars.k_full[stage]);
+      else
+        load_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, k0, w.kv_head, w.seq.batch, &bars.k_full[stage]);
+      if (j == 0) {
+        if (q_round > 0) mbarrier_wait(&bars.q_empty, unsigned(q_round - 1) & 1u);
+        mbarrier_arrive_expect_tx(&bars.q_full, unsigned(kLayout.q_bytes));
+        for (int c = 0; c < kConsumers; ++c)
+          for (int a = 0; a < kLayout.atoms_qk; ++a)
+            tma_load_4d(smem + kLayout.q_offset + (c * kLayout.atoms_qk + a) * kRowsPerWg * kAtomBytes, &prm.q_map,
+                        a * fj_layout::kAtomElems, w.head, w.seq.q_start + w.m0 + c * kRowsPerWg, w.seq.batch,
+                        &bars.q_full);
+      }
+      if (ring.refill(j)) mbarrier_wait(&bars.v_empty[stage], ring.previous_phase(j));
+      if constexpr (kPaged)
+        load_paged_tile<kLayout.atoms_v>(&prm.v_map, v_dst, p, table_row, prm.kv_box_rows, k0, w.kv_head,
+                                         &bars.v_full[stage]);
+      else
+        load_tile<kLayout.atoms_v>(&prm.v_map, v_dst, k0, w.kv_head, w.seq.batch, &bars.v_full[stage]);
+    }
+    ring.it += w.n_tiles;
+    ++q_round;
   }
 }
 
@@ -140,18 +168,21 @@ FJ_DEVICE void issue_pv(float (&o)[kDV / 2], const unsigned (&pa)[kStepsPV][4], 
   }
 }
 
-// The consumers' turns at the tensor cores, round robin (one consumer: nothing to order).
-// Consumer c waits on named barrier kTurnBarrier + c, which the consumer before it completes by
-// passing; the last one's first pass is made up front, so consumer 0 goes first.
+// The consumers' turns at the tensor cores, round robin (one consumer: nothing to order), over
+// every work tile of the CTA. Consumer c waits on named barrier kTurnBarrier + c, which the
+// consumer before it completes by passing; the last one's first pass is made before its first
+// turn, so consumer 0 goes first (and a CTA without keys to read passes nothing).
 struct Turns {
   int c;
-  FJ_DEVICE explicit Turns(int consumer) : c(consumer) {
-    if (kConsumers > 1 && c == kConsumers - 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);
+  bool started = false;
+  FJ_DEVICE explicit Turns(int consumer) : c(consumer) {}
+  FJ_DEVICE void take() {
+    if (kConsumers == 1) return;
+    if (!started && c == kConsumers - 1) named_barrier_arrive(kTurnBarrier, kTurnThreads);
+    started = true;
+    named_barrier_sync(kTurnBarrier + c, kTurnThreads);
   }
-  FJ_DEVICE void take() const {
-    if (kConsumers > 1) named_barrier_sync(kTurnBarrier + c, kTurnThreads);
-  }
-  // After the last GEMMs the last consumer has no one left to wait for its pass.
+  // After the CTA's last GEMMs the last consumer has no one left to wait for its pass.
   FJ_DEVICE void pass(bool last) const {
     if (kConsumers > 1 && !(last && c == kConsumers - 1))
       named_barrier_arrive(kTurnBarrier + (c + 1) % kConsumers, kTurnThreads);
@@ -190,38 +221,40 @@ FJ_DEVICE void pack_probabilities(const float (&s)[kBlockN / 2], unsigned (&pa)[
   }
 }
 
-// A consumer's walk over the key tiles: prologue S_0 alone, then per tile S_j with P_{j-1}.V_{j-1}
-// behind it, then the last P.V. Each step is straight-line code: ptxas serializes wgmmas whose
-// retirement it cannot follow through branches, so the mbarrier waits (loops) come before a
-// step's first wgmma and nothing branches between its wgmmas.
-FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& bars, int c, int first_tile,
-                       int n_tiles, int lane, float (&o)[kDV / 2], Softmax& sm) {
-  const unsigned char* q_tile = smem + kLayout.q_offset + c * kLayout.atoms_qk * kRowsPerWg * kAtomBytes;
-  mbarrier_wait(&bars.q_full, 0);
-  Turns turns(c);
+// A consumer's walk over one work tile's key tiles: prologue S_0 alone, then per tile S_j with
+// P_{j-1}.V_{j-1} behind it, then the last P.V. Each step is straight-line code: ptxas
+// serializes wgmmas whose retirement it cannot follow through branches, so the mbarrier waits
+// (loops) come before a step's first wgmma and nothing branches between its wgmmas. `last`: no
+// work tile of this CTA follows, so the turns end here.
+FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& bars, Turns& turns, const Ring& ring,
+                       int q_round, bool last, int first_tile, int n_tiles, int lane, float (&o)[kDV / 2],
+                       Softmax& sm) {
+  const unsigned char* q_tile = smem + kLayout.q_offset + turns.c * kLayout.atoms_qk * kRowsPerWg * kAtomBytes;
+  mbarrier_wait(&bars.q_full, unsigned(q_round) & 1u);
   unsigned pa[kStepsPV][4];  // P of the previous tile, wgmma's register A operand
   {
+    const int stage = ring.stage(0);
     float s[kBlockN / 2];
     turns.take();
-    mbarrier_wait(&bars.k_full[0], 0);
+    mbarrier_wait(&bars.k_full[stage], ring.phase(0));
     wgmma_fence();
-    issue_qk(s, q_tile, smem + kLayout.k_offset);
+    issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.k_bytes);
     wgmma_commit();
     turns.pass(false);
     wgmma_wait<0>();
     fence_registers(s);
-    release(&bars.k_empty[0], lane);
+    release(&bars.k_empty[stage], lane);
     rows.prepare(s, first_tile * kBlockN);
     float alpha[1][2];
     sm.probabilities(c_tiles(s), rows.score_scale, alpha);  // O is 0: no rescale
     pack_probabilities(s, pa);
   }
   for (int j = 1; j < n_tiles; ++j) {
-    const int stage = j % kStages, prev = (j - 1) % kStages;
+    const int stage = ring.stage(j), prev = ring.stage(j - 1);
     float s[kBlockN / 2];
     turns.take();
-    mbarrier_wait(&bars.k_full[stage], unsigned(j / kStages) & 1u);
-    mbarrier_wait(&bars.v_full[prev], unsigned((j - 1) / kStages) & 1u);
+    mbarrier_wait(&bars.k_full[stage], ring.phase(j));
+    mbarrier_wait(&bars.v_full[prev], ring.phase(j - 1));
     wgmma_fence();
     issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.k_bytes);
     wgmma_commit();
@@ -241,16 +274,18 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     pack_probabilities(s, pa);
   }
   {
-    const int last = (n_tiles - 1) % kStages;
+    // Every Q.K^T of the tile has retired: the producer may bring the next tile's Q.
+    release(&bars.q_empty, lane);
+    const int stage = ring.stage(n_tiles - 1);
     turns.take();
-    mbarrier_wait(&bars.v_full[last], unsigned((n_tiles - 1) / kStages) & 1u);
+    mbarrier_wait(&bars.v_full[stage], ring.phase(n_tiles - 1));
     wgmma_fence();
-    issue_pv(o, pa, smem + kLayout.v_offset + last * kLayout.v_bytes);
+    issue_pv(o, pa, smem + kLayout.v_offset + stage * kLayout.v_bytes);
     wgmma_commit();
-    turns.pass(true);
+    turns.pass(last);
     wgmma_wait<0>();
     fence_registers(o);
-    release(&bars.v_empty[last], lane);
+    release(&bars.v_empty[stage], lane);
   }
 }
 
@@ -294,27 +329,15 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
   __shared__ Barriers bars;
 
   const int tid = threadIdx.x, wg = tid / kWgThreads, warp = (tid % kWgThreads) / 32, lane = tid % 32;
-  const int head = blockIdx.y;
-  const int kv_head = head / p.group;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, blockIdx.z);
-  // Causal: the last query blocks see the most keys; start them first, so the grid's tail is
-  // the lightest blocks rather than the heaviest (one heavy block left alone idles the GPU).
-  const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int m0 = m_block * kBlockM;
-  if (m0 >= seq.len_q) return;  // the grid covers the longest sequence
-
-  const int right = kWindow ? p.window_right : 0;
-  int key_lo, key_hi;
-  key_range<kCausal, kWindow>(seq, m0, kBlockM, p.window_left, right, key_lo, key_hi);
-  const int first_tile = key_lo / kBlockN;
-  const int n_tiles = key_hi > key_lo ? (key_hi + kBlockN - 1) / kBlockN - first_tile : 0;
+  const TileWalk walk = TileWalk::of_grid(p);
 
   if (tid == 0) {
     mbarrier_init(&bars.q_full, 1);
+    mbarrier_init(&bars.q_empty, kConsumers * 4);  // one arrival per consumer warp
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&bars.k_full[s], 1);
       mbarrier_init(&bars.v_full[s], 1);
-      mbarrier_init(&bars.k_empty[s], kConsumers * 4);  // one arrival per consumer warp
+      mbarrier_init(&bars.k_empty[s], kConsumers * 4);
       mbarrier_init(&bars.v_empty[s], kConsumers * 4);
     }
     fence_barrier_init();
@@ -323,28 +346,39 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
 
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (warp == 0 && lane == 0 && n_tiles > 0) produce(prm, smem, bars, seq, blockIdx.z, head, kv_head, m0, first_tile, n_tiles);
+    if (warp == 0 && lane == 0) produce(prm, smem, bars, walk);
     return;
   }
   setmaxnreg_inc<kConsumerRegs>();
-  const int c = wg - 1;  // this consumer
+  Turns turns(wg - 1);  // this consumer's
+  Ring ring;
+  int q_round = 0;
+  for (int t = walk.first(); t < walk.total; t += walk.stride) {
+    const TileWork w = walk.work(p, t);
+    if (!w.has_rows()) continue;
+    const int wg_row0 = w.m0 + turns.c * kRowsPerWg;
+    const int right = kWindow ? p.window_right : 0;
+    ConsumerRows rows;
+    rows.p = &p;
+    rows.seq = w.seq;
+    rows.row0 = wg_row0 + warp * 16 + lane / 4;
+    rows.col0 = 2 * (lane % 4);
+    rows.right = right;
+    rows.edges = TileEdges::of(w.seq, wg_row0, wg_row0 + kRowsPerWg - 1, p.window_left, right);
+    rows.alibi_slope = alibi_slope_of(p, w.b, w.head);
+    rows.score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
 
-  const int wg_row0 = m0 + c * kRowsPerWg;
-  ConsumerRows rows;
-  rows.p = &p;
-  rows.seq = seq;
-  rows.row0 = wg_row0 + warp * 16 + lane / 4;
-  rows.col0 = 2 * (lane % 4);
-  rows.right = right;
-  rows.edges = TileEdges::of(seq, wg_row0, wg_row0 + kRowsPerWg - 1, p.window_left, right);
-  rows.alibi_slope = alibi_slope_of(p, blockIdx.z, head);
-  rows.score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
-
-  float o[kDV / 2];
+    float o[kDV / 2];
 #pragma unroll
-  for (int i = 0; i < kDV / 2; ++i) o[i] = 0.f;
-  Softmax sm;
-  sm.init();
-  if (n_tiles > 0) consume(rows, smem, bars, c, first_tile, n_tiles, lane, o, sm);
-  store_rows(p, rows, o, sm, head, lane);
+    for (int i = 0; i < kDV / 2; ++i) o[i] = 0.f;
+    Softmax sm;
+    sm.init();
+    if (w.n_tiles > 0) {
+      const bool last = kConsumers == 1 || !walk.keys_after(p, t);
+      consume(rows, smem, bars, turns, ring, q_round, last, w.first_tile, w.n_tiles, lane, o, sm);
+      ring.it += w.n_tiles;
+      ++q_round;
+    }
+    store_rows(p, rows, o, sm, w.head, lane);
+  }
 }

@@ -1,8 +1,9 @@
 // fa3_sm90 on an sm_90 GPU against the float64 reference, each case run on fa3_sm90 and on
 // fa2_sm80 by tiling (dispatch picks fa3_sm90 on sm_90a), so fa3's error can be held to
 // fa2's on the same inputs: both 16-bit dtypes, head dims native and padded, Dqk != Dv, causal
-// with Sq != Sk (rows that see no key included), GQA, the LSE, and every engine v2 semantic;
-// and every candidate tiling of two variants.
+// with Sq != Sk (rows that see no key included), GQA, the LSE, and every engine v2 semantic,
+// each on both grids (one CTA per tile, persistent); CTAs walking many tiles; and every candidate
+// tiling of two variants.
 #include "gpu_fixture.hpp"
 #include "kernel_family.hpp"
 
@@ -76,17 +77,29 @@ Errors run(const tools::AttentionCase& c, const Tiling& tiling) {
   return {r->rel_l2, r->lse_max_abs};
 }
 
-// The case on fa3_sm90's default tiling and on fa2_sm80's: fa3 within fa2's rounding.
+// The same tiling on the other grid: one CTA per tile, or a persistent one walking many.
+Tiling other_grid(Tiling t) {
+  const int persistent = t.table->index("persistent");
+  REQUIRE(persistent >= 0);
+  t[persistent] = 1 - t[persistent];
+  return t;
+}
+
+// The case on fa3_sm90's default tiling (on both grids) and on fa2_sm80's: fa3 within fa2's
+// rounding.
 void compare_with_fa2(const CaseSpec& s) {
   INFO(s.describe());
   auto c = tools::AttentionCase::create(Fixture::get().gpu, s);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
   const Tiling t3 = fa3_default(*c), t2 = fa2_default(*c);
-  const Errors fa3 = run(*c, t3);
-  const Errors fa2 = run(*c, t2);
-  std::printf("  %-74s fa3 %s rel_l2 %.2e lse %.1e | fa2 %s %.2e lse %.1e\n", s.describe().c_str(), t3.name().c_str(),
-              fa3.rel_l2, fa3.lse, t2.name().c_str(), fa2.rel_l2, fa2.lse);
-  CHECK(fa3.rel_l2 <= 1.25 * fa2.rel_l2 + 1e-4);  // no worse than fa2_sm80's rounding
+  for (const Tiling& t : {t3, other_grid(t3)}) {
+    INFO(t.name());
+    const Errors fa3 = run(*c, t);
+    const Errors fa2 = run(*c, t2);
+    std::printf("  %-74s fa3 %s rel_l2 %.2e lse %.1e | fa2 %s %.2e lse %.1e\n", s.describe().c_str(), t.name().c_str(),
+                fa3.rel_l2, fa3.lse, t2.name().c_str(), fa2.rel_l2, fa2.lse);
+    CHECK(fa3.rel_l2 <= 1.25 * fa2.rel_l2 + 1e-4);  // no worse than fa2_sm80's rounding
+  }
 }
 
 }  // namespace
@@ -161,6 +174,41 @@ TEST_CASE("fa3_sm90: varlen, kv_lens, paged caches, windows, softcap, ALiBi and 
     }
 }
 
+// A persistent grid has one CTA per SM slot: these cases have 5 to 23 times more tiles than that, so
+// each CTA walks many, with barrier rounds, Q refills and the consumers' turns running on across
+// tiles of different key counts (causal, windows) and tiles without keys (rows past a short
+// sequence, sequences without keys).
+TEST_CASE("fa3_sm90: a persistent grid's CTAs walk many tiles of every semantic") {
+  if (!on_sm90()) return;
+  std::uint64_t seed = 9500;
+  std::vector<CaseSpec> cases;
+  for (int d : {64, 128, 256})
+    for (Mask m : {Mask::none, Mask::causal}) {
+      CaseSpec s = fa3_case(d == 128 ? DType::f16 : DType::bf16, d, m, 600, 700, ++seed);
+      s.heads_q = 64;
+      s.heads_kv = 8;
+      cases.push_back(s);
+    }
+  CaseSpec rich = fa3_case(DType::bf16, 128, Mask::causal, 0, 0, ++seed);
+  rich.heads_q = 64;
+  rich.heads_kv = 16;
+  rich.varlen_q = {700, 0, 1, 513, 1000, 64};
+  rich.varlen_k = {900, 40, 0, 513, 1000, 64};
+  rich.window = Window{300, 0};
+  rich.softcap = 20.f;
+  rich.alibi = true;
+  rich.sinks = true;
+  cases.push_back(rich);
+  CaseSpec paged = fa3_case(DType::f16, 128, Mask::none, 400, 1024, ++seed);
+  paged.heads_q = 64;
+  paged.heads_kv = 8;
+  paged.batch = 3;
+  paged.page_size = 64;
+  paged.kv_lens = {1024, 0, 333};
+  cases.push_back(paged);
+  for (const CaseSpec& s : cases) compare_with_fa2(s);
+}
+
 TEST_CASE("fa3_sm90: every candidate tiling of two variants gives the reference") {
   if (!on_sm90()) return;
   Fixture& f = Fixture::get();
@@ -215,8 +263,9 @@ TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
     INFO(s.describe());
     auto c = tools::AttentionCase::create(Fixture::get().gpu, s);
     REQUIRE(c.ok());
-    const Tiling t = fa3_default(*c);
-    const Errors e = run(*c, t);
-    std::printf("  %-60s %-10s rel_l2 %.2e\n", s.describe().c_str(), t.name().c_str(), e.rel_l2);
+    for (const Tiling& t : {fa3_default(*c), other_grid(fa3_default(*c))}) {
+      const Errors e = run(*c, t);
+      std::printf("  %-60s %-10s rel_l2 %.2e\n", s.describe().c_str(), t.name().c_str(), e.rel_l2);
+    }
   }
 }

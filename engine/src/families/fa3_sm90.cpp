@@ -3,6 +3,7 @@
 // refusal() names.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -20,17 +21,20 @@ namespace {
 static_assert(sizeof(FjTensorMap) == sizeof(CUtensorMap) && alignof(FjTensorMap) == 64,
               "the kernel's tensor map type must hold a CUtensorMap, 64-byte aligned");
 
-enum Fa3Knob { kWarpgroups, kBlockN, kStages };
+enum Fa3Knob { kWarpgroups, kBlockN, kStages, kPersistent };
 const KnobTable kKnobs{"fa3_sm90",
                        {{"warpgroups", "g", "kWarpgroups", "consumer warpgroups of 64 query rows each: BLOCK_M = 64 x this"},
                         {"block_n", "n", "kBlockN", "keys per K/V tile (a multiple of 16): the N of S = Q.K^T's wgmma"},
-                        {"stages", "s", "kStages", "K/V tiles in flight through TMA"}}};
+                        {"stages", "s", "kStages", "K/V tiles in flight through TMA"},
+                        {"persistent", "p", nullptr,
+                         "1: one CTA per SM slot walking many tiles (the next tile's loads overlap the last "
+                         "one's output), 0: one CTA per tile"}}};
 
 constexpr int kPriority = 75;  // after decode_sm80 (decode shapes), before fa2_sm80: faster on every measured cell
 constexpr int kAtom = fj_layout::kAtomElems;
 constexpr int kMaxWarpgroups = 3;   // 4 warpgroups with the producer: 512 threads, 160 registers a consumer
 constexpr int kMaxBox = 256;        // TMA boxes hold at most 256 rows
-constexpr int kRegsReserved = 40;  // a consumer's addresses, loop state and softmax statistics besides O, S and P
+constexpr int kRegsReserved = 44;  // a consumer's addresses, tile walk, loop state and softmax statistics besides O, S, P
 constexpr int kPageRowsMultiple = 8;  // a paged box's rows: the 128-byte swizzle repeats every 8 rows
 constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
@@ -80,6 +84,7 @@ class Fa3Sm90 final : public KernelFamily {
     if (t[kBlockN] < 16 || t[kBlockN] > kMaxBox || t[kBlockN] % 16 != 0)
       return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
     if (t[kStages] < 2 || t[kStages] > 4) return bad("stages must be in [2, 4]");
+    if (t[kPersistent] != 0 && t[kPersistent] != 1) return bad("persistent must be 0 or 1");
     // Registers a consumer thread holds: O (Dv / 2), S (BLOCK_N / 2) and P (BLOCK_N / 4), with
     // head dims padded to wgmma's 16; what is left of the consumer's share holds the rest.
     const int held = round_up16(s.head_dim_v) / 2 + t[kBlockN] / 2 + t[kBlockN] / 4;
@@ -99,9 +104,10 @@ class Fa3Sm90 final : public KernelFamily {
   // block and more masked work on the diagonal there (+7% non-causal, +19% causal at 1K).
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
-    if (d <= 64) return shape && shape->seqlen_q <= kShortSeq ? Tiling(kKnobs, {1, 128, 2}) : Tiling(kKnobs, {3, 112, 2});
-    if (d <= 128) return Tiling(kKnobs, {2, s.mask == Mask::causal ? 128 : 112, 2});
-    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2});
+    if (d <= 64)
+      return shape && shape->seqlen_q <= kShortSeq ? Tiling(kKnobs, {1, 128, 2, 0}) : Tiling(kKnobs, {3, 112, 2, 0});
+    if (d <= 128) return Tiling(kKnobs, {2, s.mask == Mask::causal ? 128 : 112, 2, 0});
+    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0});
   }
 
   std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const override {
@@ -116,8 +122,12 @@ class Fa3Sm90 final : public KernelFamily {
     for (int g = 1; g <= kMaxWarpgroups; ++g)
       for (int n : kCandidateBlockN)
         for (int st : {2, 3}) {
-          const Tiling t(kKnobs, {g, n, st});
-          if (check_tiling(s, t).ok() && layout(s, t).smem_bytes <= arch_smem_limit(arch)) out.push_back(t);
+          const Tiling t(kKnobs, {g, n, st, 0});
+          if (!check_tiling(s, t).ok() || layout(s, t).smem_bytes > arch_smem_limit(arch)) continue;
+          out.push_back(t);
+          Tiling persistent = t;
+          persistent[kPersistent] = 1;
+          out.push_back(persistent);  // the same compiled kernel: the plan alone sizes the grid
         }
     return out;
   }
@@ -128,16 +138,27 @@ class Fa3Sm90 final : public KernelFamily {
 
   // Encodes the tensor maps (host-side driver calls, no GPU work; memoized per thread, so a
   // loop over the same buffers pays for them once).
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, CUdeviceptr,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device, CUdeviceptr,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int block_m = fj_layout::kWarpgroupRows * t[kWarpgroups];
+    const fj_layout::Fa3Layout l = layout(v.semantics, t);
     KernelLaunch& main = out.add();
     main.entry = 0;
-    main.grid = {unsigned((p.shape.seqlen_q + block_m - 1) / block_m), unsigned(p.shape.heads_q),
-                 unsigned(p.shape.batch)};
+    // The kernel numbers tiles across the grid (fa3_sm90/tile_walk.cuh): one CTA per tile, or
+    // as many as run at once, each walking every grid-size-th tile.
+    const std::int64_t m_blocks = (p.shape.seqlen_q + block_m - 1) / block_m;
+    const std::int64_t tiles = m_blocks * p.shape.heads_q * p.shape.batch;
+    if (tiles > std::numeric_limits<int>::max())
+      return Error(Code::unsupported, "fa3_sm90: " + std::to_string(tiles) +
+                                          " query blocks x heads x sequences do not fit the kernel's int tile numbers");
+    const std::int64_t slots = std::int64_t(device.sm_count) * fj_layout::fa3_ctas_per_sm(t[kWarpgroups], l.smem_bytes);
+    if (t[kPersistent] == 1 && slots > 0 && slots < tiles)
+      main.grid = {unsigned(slots), 1, 1};
+    else
+      main.grid = {unsigned(m_blocks), unsigned(p.shape.heads_q), unsigned(p.shape.batch)};
     main.block = {unsigned(128 * (t[kWarpgroups] + 1)), 1, 1};  // a producer warpgroup and the consumers
-    main.smem_bytes = unsigned(layout(v.semantics, t).smem_bytes);
+    main.smem_bytes = unsigned(l.smem_bytes);
     FjFa3Params& fp = main.params.emplace<FjFa3Params>();
     fill_attention_params(p, fp.attn);
     const AttentionArgs& a = *p.args;
