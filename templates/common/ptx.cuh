@@ -10,6 +10,14 @@ FJ_DEVICE unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// The lane index as a volatile read: code using it stays where it is written (the compiler may
+// not hoist it out of a loop and keep what it derives live across the loop).
+FJ_DEVICE int lane_id() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
+}
+
 // --- asynchronous global -> shared copies (sm_80) -------------------------------------------
 // src_bytes < size zero-fills the rest, which is how out-of-range rows become zeros.
 template <int kBytes>

@@ -33,7 +33,9 @@ constexpr int kStepsPerAtom = fj_layout::kAtomElems / kWgmmaK;
 constexpr unsigned kGroupStride = 8 * kAtomBytes;  // 8 rows: the swizzle's repeat
 static_assert(kBlockN % kWgmmaK == 0, "BLOCK_N must be a multiple of 16 (P.V's K step)");
 
-constexpr fj_layout::Fa3Layout kLayout = fj_layout::fa3_layout(kHeadDimQK, kHeadDimV, kWarpgroups, kBlockN, kStages);
+constexpr fj_layout::Fa3Layout kLayout =
+    fj_layout::fa3_layout(kHeadDimQK, kHeadDimV, kWarpgroups, kBlockN, kStages, /*stage_o=*/!kVarlen);
+constexpr bool kStoreOViaTma = kLayout.o_bytes > 0;
 constexpr int kCtasPerSm = fj_layout::fa3_ctas_per_sm(kConsumers, kLayout.smem_bytes);
 constexpr int kConsumerRegs = fj_layout::fa3_consumer_regs(kConsumers, kLayout.smem_bytes);
 constexpr int kProducerRegs = fj_layout::kProducerRegs;
@@ -44,5 +46,9 @@ static_assert(kCtasPerSm * kWgThreads * (kProducerRegs + kConsumers * kConsumerR
 // its turn, which the consumer before it completes: two warpgroups per barrier.
 constexpr int kTurnBarrier = 1;
 constexpr int kTurnThreads = 2 * kWgThreads;
+// Named barriers kEpilogueBarrier + c: consumer c's warps between writing its output tile and
+// the TMA store that reads it.
+constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
+static_assert(kEpilogueBarrier + kConsumers <= 16, "sm_90 has 16 named barriers");
 
 }  // namespace fj::fa3

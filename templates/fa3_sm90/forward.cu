@@ -22,7 +22,10 @@
 // rounds then run on across tiles, Q's buffer is refilled once every consumer has issued its
 // last Q.K^T of the previous tile, and the consumers' turns at the tensor cores continue from
 // one tile to the next.
-// Not yet: TMA stores of O.
+//
+// The output leaves through a swizzled shared-memory tile per consumer and a TMA store, which
+// clips rows past the sequence and columns past the head dim; varlen (whose sequences share the
+// tensor's rows) and layouts without room for the tiles store from registers instead.
 #include "common/attention_params.cuh"
 #include "common/online_softmax.cuh"
 #include "common/score_tile.cuh"
@@ -314,6 +317,49 @@ FJ_DEVICE void store_rows(const FjAttentionParams& p, const ConsumerRows& rows, 
   }
 }
 
+// This consumer's 64 rows through its shared-memory output tile and one TMA store per 64-column
+// atom, laid out as TMA's 128-byte swizzle expects (16-byte chunk k of row r at k ^ (r % 8)): a
+// warp's stores then fall on 32 different banks. The LSE goes from registers as in store_rows.
+// The tile is rewritten only once the previous tile's store has read it.
+FJ_DEVICE void store_tile(const FjFa3Params& prm, const ConsumerRows& rows, const float (&o)[kDV / 2],
+                          const Softmax& sm, int head, int wg_row0, int c, int warp, int lane, unsigned char* smem) {
+  const FjAttentionParams& p = prm.attn;
+  unsigned char* tile = smem + kLayout.o_offset + c * kLayout.atoms_v * kRowsPerWg * kAtomBytes;
+  const bool elected = warp == 0 && lane == 0;
+  if (elected) bulk_wait_group_read<0>();
+  named_barrier_sync(kEpilogueBarrier + c, kWgThreads);
+  const float sink_log2 = sink_log2_of(p.sinks, head, kSinks);
+  // The lane read again here, opaquely: otherwise the compiler hoists the tile's swizzled
+  // addresses (two per 8 columns) out of the tile walk, and they stay live through the main loop.
+  const int lane_now = lane_id();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + lane_now / 4 + h * 8;  // the row within the consumer's 64
+    const RowTotal total = row_total<kSinks>(quad_sum(sm.row_sum[0][h]), sm.row_max[0][h], rows.score_scale, sink_log2);
+#pragma unroll
+    for (int nt = 0; nt < kHeadDimV / 8; ++nt) {
+      const int col = nt * 8 + 2 * (lane_now % 4), within = col % fj_layout::kAtomElems;
+      const int chunk = (within * 2 / 16) ^ (r % 8);
+      unsigned char* at = tile + (col / fj_layout::kAtomElems) * kRowsPerWg * kAtomBytes + r * kAtomBytes + chunk * 16 +
+                          within * 2 % 16;
+      *reinterpret_cast<unsigned*>(at) = pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv);
+    }
+    const int row = rows.row0 + h * 8;
+    if (kWriteLse && lane % 4 == 0 && row < rows.seq.len_q)
+      p.lse[rows.seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (rows.seq.q_start + row) * p.lse_stride[2]] =
+          total.lse;
+  }
+  fence_async_shared();  // the generic proxy's writes, before the copy engine reads them
+  named_barrier_sync(kEpilogueBarrier + c, kWgThreads);
+  if (elected) {
+#pragma unroll
+    for (int a = 0; a < kLayout.atoms_v; ++a)
+      tma_store_4d(&prm.o_map, tile + a * kRowsPerWg * kAtomBytes, a * fj_layout::kAtomElems, head,
+                   rows.seq.q_start + wg_row0, rows.seq.batch);
+    bulk_commit_group();
+  }
+}
+
 }  // namespace fj::fa3
 
 extern "C" __global__ void __launch_bounds__(fj::fa3::kThreads, fj::fa3::kCtasPerSm)
@@ -379,6 +425,11 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
       ring.it += w.n_tiles;
       ++q_round;
     }
-    store_rows(p, rows, o, sm, w.head, lane);
+    if constexpr (kStoreOViaTma)
+      store_tile(prm, rows, o, sm, w.head, wg_row0, turns.c, warp, lane, smem);
+    else
+      store_rows(p, rows, o, sm, w.head, lane);
   }
+  // The shared memory must outlive the last store's reads of it.
+  if (kStoreOViaTma && warp == 0 && lane == 0) bulk_wait_group_read<0>();
 }

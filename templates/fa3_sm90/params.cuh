@@ -14,6 +14,7 @@ struct FjFa3Params {
   FjTensorMap q_map;  // [batch, seq, head, dim] boxes of 64 dims x 64 query rows of one head
   FjTensorMap k_map;  // boxes of 64 dims x BLOCK_N keys (paged: kv_box_rows) of one key/value head
   FjTensorMap v_map;
+  FjTensorMap o_map;  // like q_map; encoded only when the layout stages O for a TMA store
   // Paged caches: keys of one K/V box, the gcd of the page size and BLOCK_N (a multiple of 8), so
   // no box crosses a page; k_map and v_map then view the [pages, page_size, heads, dim] pools.
   int kv_box_rows;

@@ -14,6 +14,7 @@
 #include "compiler.hpp"
 #include "kernel_family.hpp"
 #include "kernel_source.hpp"
+#include "templates/fa3_sm90/layout.cuh"
 
 using namespace flashjit;
 
@@ -144,4 +145,23 @@ TEST_CASE("ptxas keeps fa3_sm90's wgmmas asynchronous and spill-free for every c
   }
   unsetenv("FLASHJIT_NVRTC_OPTIONS");
   CHECK(compiled >= 100);
+}
+
+TEST_CASE("fa3_sm90 layout: O leaves through shared memory and TMA where its tiles fit, never with varlen") {
+  using fj_layout::fa3_layout;
+  // D = 128, two consumers, 112 keys, 2 stages: 144 KiB of rings, room for 32 KiB of output.
+  const auto d128 = fa3_layout(128, 128, 2, 112, 2, true);
+  CHECK(d128.o_bytes == 2 * 64 * 128 * 2);
+  CHECK(d128.o_offset % fj_layout::kSwizzleAlign == 0);
+  CHECK(d128.smem_bytes <= fj_layout::kSmemPerCtaMax);
+  CHECK(fa3_layout(128, 128, 2, 112, 2, false).o_bytes == 0);  // varlen: sequences share rows
+  // D = 256, 80 keys: the rings take 224 KiB, so O stays in registers.
+  CHECK(fa3_layout(256, 256, 2, 80, 2, true).o_bytes == 0);
+  // One consumer at D = 64 keeps its two CTAs an SM with the output tile.
+  const auto d64 = fa3_layout(64, 64, 1, 128, 2, true);
+  CHECK(d64.o_bytes > 0);
+  CHECK(fj_layout::fa3_ctas_per_sm(1, d64.smem_bytes) == 2);
+  // ... but not at 192 keys, where the output tile would cost the second CTA.
+  CHECK(fj_layout::fa3_ctas_per_sm(1, fa3_layout(64, 64, 1, 192, 2, false).smem_bytes) == 2);
+  CHECK(fa3_layout(64, 64, 1, 192, 2, true).o_bytes == 0);
 }

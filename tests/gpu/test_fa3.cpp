@@ -235,8 +235,9 @@ TEST_CASE("fa3_sm90: every candidate tiling of two variants gives the reference"
 }
 
 // Small problems for compute-sanitizer (memcheck, racecheck: bench/device_fa3_grid.sh
-// SANITIZE=1): each default tiling shape (three and two consumers, BLOCK_N 80-128), a padded
-// head dim, Dqk != Dv, and every semantic at once with ragged sequences.
+// SANITIZE=1), each on both grids: each default tiling shape (three and two consumers, BLOCK_N
+// 80-128), a padded head dim, Dqk != Dv, every semantic at once with ragged sequences, a paged
+// cache, and a case whose persistent CTAs walk two tiles.
 TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   if (!on_sm90()) return;
   std::vector<CaseSpec> cases;
@@ -259,6 +260,13 @@ TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   paged.page_size = 32;
   paged.kv_lens = {300, 77};
   cases.push_back(paged);
+  // 256 tiles: on a persistent grid (132 CTAs on an H100) most CTAs walk two, so the sanitizers
+  // see Q refilled and the output tile rewritten after a store.
+  CaseSpec walk = fa3_case(DType::bf16, 128, Mask::causal, 512, 512, ++seed);
+  walk.batch = 1;
+  walk.heads_q = 64;
+  walk.heads_kv = 8;
+  cases.push_back(walk);
   for (const CaseSpec& s : cases) {
     INFO(s.describe());
     auto c = tools::AttentionCase::create(Fixture::get().gpu, s);

@@ -42,7 +42,7 @@ constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may onl
 constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
 
 fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
-  return fj_layout::fa3_layout(s.head_dim_qk, s.head_dim_v, t[kWarpgroups], t[kBlockN], t[kStages]);
+  return fj_layout::fa3_layout(s.head_dim_qk, s.head_dim_v, t[kWarpgroups], t[kBlockN], t[kStages], !s.varlen);
 }
 
 int round_up16(int x) { return (x + 15) / 16 * 16; }
@@ -177,8 +177,10 @@ class Fa3Sm90 final : public KernelFamily {
       FjTensorMap* map;
     } maps[] = {{box_view("q", a.q, fj_layout::kWarpgroupRows), &fp.q_map},
                 {box_view("k", a.k, kv_rows), &fp.k_map},
-                {box_view("v", a.v, kv_rows), &fp.v_map}};
+                {box_view("v", a.v, kv_rows), &fp.v_map},
+                {box_view("o", a.o, fj_layout::kWarpgroupRows), &fp.o_map}};
     for (const auto& m : maps) {
+      if (m.map == &fp.o_map && l.o_bytes == 0) continue;  // O leaves from registers
       auto encoded = encode_tma_map_cached(m.view);
       if (!encoded.ok()) return std::move(encoded).error();
       std::memcpy(m.map, &encoded.value(), sizeof(FjTensorMap));
