@@ -76,6 +76,16 @@ FJ_DEVICE void load_paged_tile(const FjTensorMap* map, unsigned char* dst, const
   }
 }
 
+// Key tile [k0, k0 + kBlockN) of one tensor (K or V) from its contiguous or paged layout.
+template <int kAtoms>
+FJ_DEVICE void load_key_tile(const FjTensorMap* map, unsigned char* dst, const FjFa3Params& prm, const int* table_row,
+                             const TileWork& w, int k0, unsigned long long* bar) {
+  if constexpr (kPaged)
+    load_paged_tile<kAtoms>(map, dst, prm.attn, table_row, prm.kv_box_rows, k0, w.kv_head, bar);
+  else
+    load_tile<kAtoms>(map, dst, k0, w.kv_head, w.seq.batch, bar);
+}
+
 // K/V round r of a stage waits for the consumers' release of round r - 1; rounds count tiles
 // across the CTA's whole walk, so barriers' phases carry on from one work tile to the next.
 struct Ring {
@@ -106,11 +116,7 @@ FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& ba
       unsigned char* k_dst = smem + kLayout.k_offset + stage * kLayout.k_bytes;
       unsigned char* v_dst = smem + kLayout.v_offset + stage * kLayout.v_bytes;
       if (ring.refill(j)) mbarrier_wait(&bars.k_empty[stage], ring.previous_phase(j));
-      if constexpr (kPaged)
-        load_paged_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, p, table_row, prm.kv_box_rows, k0, w.kv_head,
-                                          &bars.k_full[stage]);
-      else
-        load_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, k0, w.kv_head, w.seq.batch, &bars.k_full[stage]);
+      load_key_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, prm, table_row, w, k0, &bars.k_full[stage]);
       if (j == 0) {
         if (q_round > 0) mbarrier_wait(&bars.q_empty, unsigned(q_round - 1) & 1u);
         mbarrier_arrive_expect_tx(&bars.q_full, unsigned(kLayout.q_bytes));
@@ -121,11 +127,7 @@ FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& ba
                         &bars.q_full);
       }
       if (ring.refill(j)) mbarrier_wait(&bars.v_empty[stage], ring.previous_phase(j));
-      if constexpr (kPaged)
-        load_paged_tile<kLayout.atoms_v>(&prm.v_map, v_dst, p, table_row, prm.kv_box_rows, k0, w.kv_head,
-                                         &bars.v_full[stage]);
-      else
-        load_tile<kLayout.atoms_v>(&prm.v_map, v_dst, k0, w.kv_head, w.seq.batch, &bars.v_full[stage]);
+      load_key_tile<kLayout.atoms_v>(&prm.v_map, v_dst, prm, table_row, w, k0, &bars.v_full[stage]);
     }
     ring.it += w.n_tiles;
     ++q_round;
