@@ -118,6 +118,13 @@ std::string Tiling::name() const {
   return n;
 }
 
+std::string Tiling::code_name() const {
+  std::string n;
+  for (int i = 0; i < size(); ++i)
+    if (table->knobs[std::size_t(i)].constant) n += table->knobs[std::size_t(i)].tag + std::to_string(values[std::size_t(i)]);
+  return n;
+}
+
 Result<Tiling> Tiling::parse(const KnobTable& table, std::string_view text) {
   std::string form;
   for (const Knob& k : table.knobs) form += std::string(k.tag) + "<" + k.name + ">";
@@ -150,6 +157,7 @@ bool KernelVariant::operator==(const KernelVariant& o) const {
 }
 
 std::string KernelVariant::name() const { return family + "-" + semantics.name() + "-" + tiling.name(); }
+std::string KernelVariant::code_name() const { return family + "-" + semantics.name() + "-" + tiling.code_name(); }
 
 std::string KernelVariant::content_hash() const {
   ContentHasher h;

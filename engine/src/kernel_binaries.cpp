@@ -22,7 +22,8 @@ cache::EntryKey KernelBinaries::cache_key_from(const KernelVariant& v, const Arc
       .field("nvrtc", nvrtc_version)
       .field("arch", arch.name());
   for (const auto& o : options) h.field("option", o);
-  return cache::EntryKey{arch.name(), v.name(), h.hex()};
+  // Named by the code: tilings that differ only in how the plan launches it share one entry.
+  return cache::EntryKey{arch.name(), v.code_name(), h.hex()};
 }
 
 Result<cache::EntryKey> KernelBinaries::cache_key(const KernelVariant& v, const Arch& arch) {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <set>
 #include <type_traits>
 
 #include "byte_size.hpp"
@@ -191,6 +192,20 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   for (const auto& t : candidates) default_among |= t == (*jobs)[0].variant.tiling;
   CHECK(all->size() == candidates.size() + (default_among ? 0 : 1));
   CHECK(all->front().variant == (*jobs)[0].variant);  // the default first
+  // fa3_sm90's candidates come on both grids (a plan-only knob): one job per compiled kernel.
+  specs[0].family = specs[1].family = "fa3_sm90";
+  auto fa3_all = plan_warmup(specs, {archs[1]}, true);
+  REQUIRE(fa3_all.ok());
+  std::set<std::string> kernels;
+  for (const auto& j : *fa3_all) kernels.insert(j.variant.code_name());
+  CHECK(kernels.size() == fa3_all->size());
+  std::set<std::string> expected;
+  const KernelFamily* fa3 = find_family("fa3_sm90");
+  for (const Tiling& t : fa3->candidate_tilings(archs[1], specs[0].semantics)) expected.insert(t.code_name());
+  for (const Tiling& t : fa3->default_tilings(archs[1], specs[0].semantics)) expected.insert(t.code_name());
+  CHECK(fa3_all->size() == expected.size());
+  CHECK(fa3_all->size() < fa3->candidate_tilings(archs[1], specs[0].semantics).size());
+  specs[0].family = specs[1].family = "fa2_sm80";
 
   specs[0].tiling = "m128n256w4s4";  // far more shared memory than any arch has
   auto bad = plan_warmup(specs, archs, false);

@@ -14,7 +14,8 @@ Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs
     if (auto st = check_variant(v, arch); !st.ok())
       return Error(st.error().code(), spec.origin + ": " + v.name() + " cannot be built for " + arch.name() + ": " +
                                           st.error().message());
-    if (seen.insert(arch.name() + "/" + v.name()).second) jobs.push_back({v, arch});
+    // One job per compiled kernel: tilings that differ only in plan-only knobs share it.
+    if (seen.insert(arch.name() + "/" + v.code_name()).second) jobs.push_back({v, arch});
     return {};
   };
   for (const Arch& arch : archs) {

@@ -132,6 +132,7 @@ struct Tiling {
   bool operator==(const Tiling& o) const;
   bool operator!=(const Tiling& o) const { return !(*this == o); }
   std::string name() const;  // tags and values: "m128n64w4s2"
+  std::string code_name() const;  // name() without plan-only knobs: what the compiled code depends on
   // Reads a name() back ("m128n64w4s2"): every knob of `table`, in order, exactly once.
   static Result<Tiling> parse(const KnobTable& table, std::string_view text);
 };
@@ -144,6 +145,8 @@ struct KernelVariant {
   bool operator==(const KernelVariant& o) const;
   bool operator!=(const KernelVariant& o) const { return !(*this == o); }
   std::string name() const;          // family-semantics-tiling, safe as a file name
+  std::string code_name() const;     // the same with the tiling's code_name(): the compiled kernel's
+                                     // name, shared by tilings that differ only in plan-only knobs
   std::string content_hash() const;  // 32 hex digits over every field the compiled code depends on
                                      // (all but plan-only knobs)
   std::size_t fast_hash() const;     // for in-memory maps on the dispatch path
