@@ -16,7 +16,7 @@ if [[ ${TESTS:-1} == 1 ]]; then
   echo "== fa3_sm90 GPU tests (every candidate tiling: EVERY=1)"
   filter='fa3_sm90: dtypes*,fa3_sm90: head dims*,fa3_sm90: varlen*,fa3_sm90: a persistent*,fa3_sm90: a small*'
   [[ ${EVERY:-0} == 1 ]] && filter="fa3_sm90*"
-  timeout ${TEST_TIMEOUT:-330} ./build/tests/gpu/test_gpu -tc="$filter" > "$OUT/fa3_tests.log" 2>&1
+  timeout ${TEST_TIMEOUT:-480} ./build/tests/gpu/test_gpu -tc="$filter" > "$OUT/fa3_tests.log" 2>&1
   echo "rc=$?"; grep -E "^\[doctest\]|ERROR|FAILED|SKIPPED" "$OUT/fa3_tests.log" | tail -20
 fi
 if [[ ${SANITIZE:-1} == 1 ]]; then
@@ -28,6 +28,7 @@ if [[ ${SANITIZE:-1} == 1 ]]; then
   done
 fi
 [[ ${BENCH:-1} == 1 ]] || exit 0
+mkdir -p "$OUT/persistent"
 # Each head dim's default tilings (long and short sequences) on one CTA per tile (p0) and on the
 # persistent grid (p1): the same compiled kernel, so only the grid differs.
 declare -A pairs=([64]="g3n112s2p0,g3n112s2p1,g1n128s2p0,g1n128s2p1" [128]="g2n112s2p0,g2n112s2p1,g2n128s2p0,g2n128s2p1"
@@ -36,6 +37,8 @@ for dt in f16 bf16; do
   for d in 64 128 256; do
     echo "== fa3_sm90 $dt D=$d, p0 against p1"
     timeout 150 ./build/tools/flashjit-bench --family fa3_sm90 --dtype $dt --dims $d --seqs ${SEQS:-1024,4096,16384} \
-      --tilings "${pairs[$d]}" --json "$OUT/persistent_${dt}_d$d.json" 2>&1 | tee "$OUT/persistent_${dt}_d$d.log" | tail -14
+      --tilings "${pairs[$d]}" --json "$OUT/persistent/${dt}_d$d.json" 2>&1 | tee -a "$OUT/persistent.log" | grep -v '^$'
   done
 done
+# The device tool brings back a handful of files: one archive of the JSON.
+tar -C "$OUT" -czf "$OUT/persistent_json.tgz" persistent && rm -rf "$OUT/persistent"

@@ -106,8 +106,8 @@ FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& ba
   prefetch_tensor_map(&prm.v_map);
   Ring ring;
   int q_round = 0;
-  for (int t = walk.first(); t < walk.total; t += walk.stride) {
-    const TileWork w = walk.work(p, t);
+  for (int k = 0, t = walk.tile(0); t < walk.total(); t = walk.tile(++k)) {
+    const TileWork w = walk.work(t);
     if (!w.has_keys()) continue;
     const int* table_row = kPaged ? p.block_table + w.b * p.table_stride : nullptr;
     for (int j = 0; j < w.n_tiles; ++j) {
@@ -377,7 +377,7 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
   __shared__ Barriers bars;
 
   const int tid = threadIdx.x, wg = tid / kWgThreads, warp = (tid % kWgThreads) / 32, lane = tid % 32;
-  const TileWalk walk = TileWalk::of_grid(p);
+  const TileWalk walk{p, prm.section_heads};
 
   if (tid == 0) {
     mbarrier_init(&bars.q_full, 1);
@@ -401,8 +401,8 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
   Turns turns(wg - 1);  // this consumer's
   Ring ring;
   int q_round = 0;
-  for (int t = walk.first(); t < walk.total; t += walk.stride) {
-    const TileWork w = walk.work(p, t);
+  for (int k = 0, t = walk.tile(0); t < walk.total(); t = walk.tile(++k)) {
+    const TileWork w = walk.work(t);
     if (!w.has_rows()) continue;
     const int wg_row0 = w.m0 + turns.c * kRowsPerWg;
     const int right = kWindow ? p.window_right : 0;
@@ -422,7 +422,7 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
     Softmax sm;
     sm.init();
     if (w.n_tiles > 0) {
-      const bool last = kConsumers == 1 || !walk.keys_after(p, t);
+      const bool last = kConsumers == 1 || !walk.keys_after(k);
       consume(rows, smem, bars, turns, ring, q_round, last, w.first_tile, w.n_tiles, lane, o, sm);
       ring.it += w.n_tiles;
       ++q_round;

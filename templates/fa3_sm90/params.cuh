@@ -18,4 +18,8 @@ struct FjFa3Params {
   // Paged caches: keys of one K/V box, the gcd of the page size and BLOCK_N (a multiple of 8), so
   // no box crosses a page; k_map and v_map then view the [pages, page_size, heads, dim] pools.
   int kv_box_rows;
+  // Heads (of all sequences) whose tiles the walk interleaves (fa3_sm90/tile_walk.cuh): 1 on a
+  // grid of one CTA per tile; on a persistent one, as many as the launch plan finds balance the
+  // rounds and still share L2.
+  int section_heads;
 };

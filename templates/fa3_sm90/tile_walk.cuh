@@ -1,11 +1,20 @@
-// Which query block of which head and sequence a CTA works on. The grid's tiles are numbered
-// with query blocks fastest (one head's K/V stays in L2 across them) and, under the causal mask,
-// the last query block of each head first: it sees the most keys, so the grid's tail is the
-// lightest blocks rather than the heaviest.
+// Which query block of which head and sequence a CTA works on, and in what order. Tiles are
+// numbered in sections of `section_heads` heads (of all sequences): within a section, heads
+// fastest, then query blocks, under the causal mask the last query block first (it sees the
+// most keys).
 //
-// The launch plan picks the grid: one CTA per tile (each walks one tile), or a persistent grid
-// of one CTA per SM slot, each walking every gridDim-th tile; there the producer streams the
-// next tile's K and V while the consumers still normalize and store the last one's output.
+// One CTA per tile (the grid holds every tile): sections of one head, so the CTAs running at
+// once share one head's K and V in L2 and each head starts with its heaviest block; the hardware
+// hands freed SMs the next tile.
+//
+// A persistent grid (fewer CTAs than tiles): the CTAs take the tiles round by round, CTA c the
+// c-th tile of even rounds and the c-th from the end of odd ones. The launch plan sizes sections
+// so that a round spans few query blocks (its tiles weigh nearly the same) and, where that
+// allows, so that a section's K and V fit in L2; the reversal pays back in the next round what
+// the first CTAs took extra. (Measured on the H100: a plain stride over one head's blocks left
+// some CTAs 2.6x the work of others at 16K causal; sections sized to L2 alone balanced 16K
+// worse than all heads, and all heads at 1K reread K and V from memory: 162 against 266 TFLOP/s.)
+// The producer streams the next tile's K and V while the consumers store the last one's output.
 #pragma once
 
 #include "common/sequence.cuh"
@@ -26,26 +35,34 @@ struct TileWork {
   FJ_DEVICE bool has_keys() const { return has_rows() && n_tiles > 0; }
 };
 
+// Every size is read again from the kernel's parameters (constant memory) and special registers
+// where used, rather than held: a consumer at D = 256 has no registers to spare for them.
 struct TileWalk {
-  int m_blocks, heads, total, stride;
+  const FjAttentionParams& p;
+  int section_heads;
 
-  FJ_DEVICE static TileWalk of_grid(const FjAttentionParams& p) {
-    TileWalk w;
-    w.m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-    w.heads = p.heads_q;
-    w.total = w.m_blocks * p.heads_q * p.batch;
-    w.stride = int(gridDim.x * gridDim.y * gridDim.z);
-    return w;
+  FJ_DEVICE int m_blocks() const { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
+  FJ_DEVICE int total() const { return m_blocks() * p.heads_q * p.batch; }
+  FJ_DEVICE static int grid() { return int(gridDim.x * gridDim.y * gridDim.z); }
+
+  // The CTA's k-th tile, or total() past its last.
+  FJ_DEVICE int tile(int k) const {
+    const int cta = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    const long long t = (long long)k * grid() + ((k & 1) ? grid() - 1 - cta : cta);
+    return t < total() ? int(t) : total();
   }
-  FJ_DEVICE int first() const { return int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)); }
 
-  FJ_DEVICE TileWork work(const FjAttentionParams& p, int t) const {
+  FJ_DEVICE TileWork work(int t) const {
     TileWork w;
-    const int m = t % m_blocks, head_batch = t / m_blocks;
-    w.head = head_batch % heads;
-    w.b = head_batch / heads;
+    const int blocks = m_blocks(), section_tiles = section_heads * blocks;
+    const int section = t / section_tiles, first_head = section * section_heads;
+    const int heads_here = min(section_heads, p.heads_q * p.batch - first_head);  // the last section's may be fewer
+    const int in_section = t - section * section_tiles;
+    const int m = in_section / heads_here, head_batch = first_head + in_section % heads_here;
+    w.head = head_batch % p.heads_q;
+    w.b = head_batch / p.heads_q;
     w.kv_head = w.head / p.group;
-    w.m0 = (kCausal ? m_blocks - 1 - m : m) * kBlockM;
+    w.m0 = (kCausal ? blocks - 1 - m : m) * kBlockM;
     w.seq = sequence_of<kVarlen, kKvLens, kPaged>(p, w.b);
     int key_lo, key_hi;
     key_range<kCausal, kWindow>(w.seq, w.m0, kBlockM, p.window_left, kWindow ? p.window_right : 0, key_lo, key_hi);
@@ -54,10 +71,10 @@ struct TileWalk {
     return w;
   }
 
-  // Whether this CTA has a tile with keys after tile t (the consumers' turns end with the last).
-  FJ_DEVICE bool keys_after(const FjAttentionParams& p, int t) const {
-    for (int u = t + stride; u < total; u += stride)
-      if (work(p, u).has_keys()) return true;
+  // Whether this CTA has a tile with keys after its k-th (the consumers' turns end with the last).
+  FJ_DEVICE bool keys_after(int k) const {
+    for (int u = tile(++k); u < total(); u = tile(++k))
+      if (work(u).has_keys()) return true;
     return false;
   }
 };

@@ -93,6 +93,14 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   CHECK(f->default_tiling(sm90, d64, &long_seq)[0] == 3);
   CHECK(f->default_tiling(sm90, d64, nullptr)[0] == 3);
   CHECK(f->default_tilings(sm90, d64).size() == 2);
+  // Short causal sequences walk a persistent grid at D <= 128; D = 128 takes 128 keys there.
+  const int persistent = f->knobs().index("persistent");
+  Semantics d64_causal = d64;
+  d64_causal.mask = Mask::causal;
+  CHECK(f->default_tiling(sm90, d64_causal, &short_seq)[persistent] == 1);
+  CHECK(f->default_tiling(sm90, d64_causal, &long_seq)[persistent] == 0);
+  CHECK(f->default_tiling(sm90, d64, &short_seq)[persistent] == 0);
+  CHECK(f->default_tiling(sm90, d256, &short_seq)[persistent] == 0);
   CHECK(f->default_tilings(sm90, d256).size() == 1);
   for (const Semantics& s : {d64, d256}) {
     CHECK(f->check_tiling(s, f->default_tiling(sm90, s, nullptr)).ok());

@@ -206,6 +206,12 @@ TEST_CASE("fa3_sm90: a persistent grid's CTAs walk many tiles of every semantic"
   paged.page_size = 64;
   paged.kv_lens = {1024, 0, 333};
   cases.push_back(paged);
+  // Long keys and few heads: 160 tiles, so a persistent grid's CTAs walk an odd round partly
+  // (the snake's reversed slots), over tiles ordered by query block across all heads.
+  CaseSpec long_keys = fa3_case(DType::bf16, 128, Mask::causal, 2048, 16384, ++seed);
+  long_keys.batch = 1;
+  long_keys.heads_q = long_keys.heads_kv = 10;
+  cases.push_back(long_keys);
   for (const CaseSpec& s : cases) compare_with_fa2(s);
 }
 

@@ -40,11 +40,14 @@ int run(int argc, char** argv) {
   CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
   std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both",
               family_name;
-  int tokens = 16384, hidden = 2048, warmup = 5, reps = 20;
+  int tokens = 16384, hidden = 2048, group = 1, warmup = 5, reps = 20;
   app.add_option("--dims", dims, "head dims, comma separated")->capture_default_str();
   app.add_option("--seqs", seqs, "sequence lengths, comma separated")->capture_default_str();
   app.add_option("--tokens", tokens, "batch * seq, fixed across the grid")->capture_default_str();
   app.add_option("--hidden", hidden, "heads * head dim, fixed across the grid")->capture_default_str();
+  app.add_option("--group", group, "query heads per key/value head (GQA, MQA); must divide the query heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--dtype", dtype, "f16, bf16, f32 or tf32")->capture_default_str();
   app.add_option("--causal", causal, "no, yes or both")->capture_default_str();
   app.add_option("--tilings", tilings, "default, all (every candidate), or a list like m128n64w4s2,m64n64w4s2")
@@ -88,7 +91,11 @@ int run(int argc, char** argv) {
       tools::CaseSpec spec = base;
       spec.batch = std::max(1, tokens / s);
       spec.seqlen_q = spec.seqlen_k = s;
-      spec.heads_q = spec.heads_kv = std::max(1, hidden / d);
+      spec.heads_q = std::max(1, hidden / d);
+      if (spec.heads_q % group != 0)
+        throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
+                                                  std::to_string(spec.heads_q) + " query heads of D=" + std::to_string(d));
+      spec.heads_kv = spec.heads_q / group;
       spec.head_dim_qk = spec.head_dim_v = d;
       auto c = tools::AttentionCase::create(*gpu, spec, /*keep_host=*/false);
       if (!c.ok()) {
@@ -128,7 +135,7 @@ int run(int argc, char** argv) {
                       t.name().c_str(), ms.ok() ? ms.value() : 0.0, tflops, t == variant.tiling ? "  (default)" : "");
           if (!ms.ok()) std::printf("      failed: %s\n", ms.error().to_string().c_str());
           std::fflush(stdout);
-          results.push_back({{"D", d}, {"S", s}, {"B", spec.batch}, {"H", spec.heads_q}, {"causal", m},
+          results.push_back({{"D", d}, {"S", s}, {"B", spec.batch}, {"H", spec.heads_q}, {"H_kv", spec.heads_kv}, {"causal", m},
                              {"dtype", dtype}, {"tiling", t.name()}, {"default", t == variant.tiling},
                              {"ms", ms.ok() ? ms.value() : -1}, {"tflops", tflops}});
         }

@@ -35,6 +35,7 @@ constexpr int kAtom = fj_layout::kAtomElems;
 constexpr int kMaxWarpgroups = 3;   // 4 warpgroups with the producer: 512 threads, 160 registers a consumer
 constexpr int kMaxBox = 256;        // TMA boxes hold at most 256 rows
 constexpr int kRegsReserved = 44;  // a consumer's addresses, tile walk, loop state and softmax statistics besides O, S, P
+constexpr int kRegsReservedLone = 56;  // a lone consumer warpgroup: at 44, D = 256 N = 80 (188 held of 240) spilled 12 bytes
 constexpr int kPageRowsMultiple = 8;  // a paged box's rows: the 128-byte swizzle repeats every 8 rows
 constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
@@ -43,6 +44,20 @@ constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
 
 fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
   return fj_layout::fa3_layout(s.head_dim_qk, s.head_dim_v, t[kWarpgroups], t[kBlockN], t[kStages], !s.varlen);
+}
+
+// Heads whose tiles a persistent grid of `slots` CTAs interleaves (templates/fa3_sm90/tile_walk.cuh):
+// as many as keep their K and V within half of L2 (Q, O and other lines take the rest), and more
+// where one round of tiles would span over 1/kRoundSpan of a head's query blocks (under the
+// causal mask, the tiles of one round then weigh nearly the same), up to all of L2.
+constexpr std::int64_t kRoundSpan = 4;
+int section_heads(const AttentionProblem& p, const DeviceContextInfo& device, std::int64_t slots, std::int64_t m_blocks) {
+  const std::int64_t group = std::max<std::int64_t>(1, p.shape.heads_q / std::max<std::int64_t>(1, p.shape.heads_kv));
+  const std::int64_t kv_bytes_per_head = std::max<std::int64_t>(
+      1, p.shape.seqlen_k * (p.semantics.head_dim_qk + p.semantics.head_dim_v) * std::int64_t(dtype_size(p.semantics.dtype)) / group);
+  const std::int64_t in_l2 = std::int64_t(device.l2_bytes) / kv_bytes_per_head;
+  const std::int64_t balanced = std::min((kRoundSpan * slots + m_blocks - 1) / m_blocks, in_l2);
+  return int(std::clamp<std::int64_t>(std::max(balanced, in_l2 / 2), 1, p.shape.heads_q * p.shape.batch));
 }
 
 int round_up16(int x) { return (x + 15) / 16 * 16; }
@@ -89,24 +104,31 @@ class Fa3Sm90 final : public KernelFamily {
     // head dims padded to wgmma's 16; what is left of the consumer's share holds the rest.
     const int held = round_up16(s.head_dim_v) / 2 + t[kBlockN] / 2 + t[kBlockN] / 4;
     const int regs = fj_layout::fa3_consumer_regs(t[kWarpgroups], layout(s, t).smem_bytes);
-    if (held > regs - kRegsReserved)
+    const int reserved = t[kWarpgroups] == 1 ? kRegsReservedLone : kRegsReserved;
+    if (held > regs - reserved)
       return bad("O, S and P take " + std::to_string(held) + " registers of a consumer's " + std::to_string(regs) +
-                 " (at most " + std::to_string(regs - kRegsReserved) + ")");
+                 " (at most " + std::to_string(regs - reserved) + ")");
     return {};
   }
 
-  // The fastest tilings of the H100 sweeps (bench/results/fa3_sm90_h100_2026-11-22b.md), per
-  // head dim: three consumers at D = 64 (the softmax is a larger share of the work there, and two
-  // others' GEMMs hide it), two above; BLOCK_N as large as the registers allow, which at D = 256
-  // is 80 (+17% over 64). Causal D = 128 keeps 128, within 2% of the best at 16K, with less of its
-  // work masked on the diagonal at short sequences. Short sequences at D <= 64 (queries in the
-  // 1K bucket and below) take one consumer, two CTAs an SM: 192-row blocks leave a partial last
-  // block and more masked work on the diagonal there (+7% non-causal, +19% causal at 1K).
+  // The fastest tilings of the H100 sweeps (bench/results/fa3_sm90_h100_2026-11-22b.md and
+  // fa3_sm90_persistent_h100_2026-11-22.md), per head dim: three consumers at D = 64 (the
+  // softmax is a larger share of the work there, and two others' GEMMs hide it), two above;
+  // BLOCK_N as large as the registers allow: 80 at D = 256 (+17% over 64), 176 at D = 128
+  // (+2-4% over 112 at 4K and 16K, the mean of two passes in reverse order). Causal D = 128
+  // keeps 128, within 2% of the best at 16K, with less of its work masked on the diagonal at
+  // short sequences. Short sequences (queries in the 1K bucket and below): D <= 64
+  // takes one consumer, two CTAs an SM (192-row blocks leave a partial last block and more
+  // masked work on the diagonal: +7% non-causal, +19% causal at 1K); D = 128 takes 128 keys
+  // (112 leaves 1K keys a partial tenth tile: +8%); under the causal mask both walk a
+  // persistent grid, whose CTAs' next tile loads under the last one's output (+2-7% at 1K; at
+  // longer ones a static walk balances the diagonal worse than the hardware's block scheduler).
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
-    if (d <= 64)
-      return shape && shape->seqlen_q <= kShortSeq ? Tiling(kKnobs, {1, 128, 2, 0}) : Tiling(kKnobs, {3, 112, 2, 0});
-    if (d <= 128) return Tiling(kKnobs, {2, s.mask == Mask::causal ? 128 : 112, 2, 0});
+    const bool causal = s.mask == Mask::causal, short_seq = shape && shape->seqlen_q <= kShortSeq;
+    const int persistent = short_seq && causal && d <= 128 ? 1 : 0;
+    if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent}) : Tiling(kKnobs, {3, 112, 2, 0});
+    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq ? 128 : 176, 2, persistent});
     return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0});
   }
 
@@ -153,7 +175,8 @@ class Fa3Sm90 final : public KernelFamily {
       return Error(Code::unsupported, "fa3_sm90: " + std::to_string(tiles) +
                                           " query blocks x heads x sequences do not fit the kernel's int tile numbers");
     const std::int64_t slots = std::int64_t(device.sm_count) * fj_layout::fa3_ctas_per_sm(t[kWarpgroups], l.smem_bytes);
-    if (t[kPersistent] == 1 && slots > 0 && slots < tiles)
+    const bool persistent = t[kPersistent] == 1 && slots > 0 && slots < tiles;
+    if (persistent)
       main.grid = {unsigned(slots), 1, 1};
     else
       main.grid = {unsigned(m_blocks), unsigned(p.shape.heads_q), unsigned(p.shape.batch)};
@@ -172,6 +195,7 @@ class Fa3Sm90 final : public KernelFamily {
                                             " is not a multiple of 8 keys");
     }
     fp.kv_box_rows = kv_rows;
+    fp.section_heads = persistent ? section_heads(p, device, slots, m_blocks) : 1;
     const struct {
       TmaView view;
       FjTensorMap* map;
