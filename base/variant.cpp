@@ -112,18 +112,20 @@ bool Tiling::operator==(const Tiling& o) const {
   return true;
 }
 
-std::string Tiling::name() const {
+namespace {
+// Tags and values of a tiling's knobs, or of those the compiled code sees (`code_only`).
+std::string tags_of(const Tiling& t, bool code_only) {
   std::string n;
-  for (int i = 0; i < size(); ++i) n += table->knobs[std::size_t(i)].tag + std::to_string(values[std::size_t(i)]);
+  for (int i = 0; i < t.size(); ++i) {
+    const Knob& k = t.table->knobs[std::size_t(i)];
+    if (!code_only || k.constant) n += k.tag + std::to_string(t.values[std::size_t(i)]);
+  }
   return n;
 }
+}  // namespace
 
-std::string Tiling::code_name() const {
-  std::string n;
-  for (int i = 0; i < size(); ++i)
-    if (table->knobs[std::size_t(i)].constant) n += table->knobs[std::size_t(i)].tag + std::to_string(values[std::size_t(i)]);
-  return n;
-}
+std::string Tiling::name() const { return tags_of(*this, false); }
+std::string Tiling::code_name() const { return tags_of(*this, true); }
 
 Result<Tiling> Tiling::parse(const KnobTable& table, std::string_view text) {
   std::string form;

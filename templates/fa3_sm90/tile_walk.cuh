@@ -35,8 +35,8 @@ struct TileWork {
   FJ_DEVICE bool has_keys() const { return has_rows() && n_tiles > 0; }
 };
 
-// Every size is read again from the kernel's parameters (constant memory) and special registers
-// where used, rather than held: a consumer at D = 256 has no registers to spare for them.
+// Sizes come from the kernel's parameters and special registers where used: the walk holds only
+// the parameters and what the launch plan chose.
 struct TileWalk {
   const FjAttentionParams& p;
   int section_heads;
