@@ -31,8 +31,8 @@ fi
 mkdir -p "$OUT/persistent"
 # Each head dim's default tilings (long and short sequences) on one CTA per tile (p0) and on the
 # persistent grid (p1): the same compiled kernel, so only the grid differs.
-declare -A pairs=([64]="g3n112s2p0,g3n112s2p1,g1n128s2p0,g1n128s2p1" [128]="g2n112s2p0,g2n112s2p1,g2n128s2p0,g2n128s2p1"
-                  [256]="g2n80s2p0,g2n80s2p1")
+declare -A pairs=([64]="g3n112s2p0c1,g3n112s2p1c1,g1n128s2p0c1,g1n128s2p1c1" [128]="g2n112s2p0c1,g2n112s2p1c1,g2n128s2p0c1,g2n128s2p1c1"
+                  [256]="g2n80s2p0c1,g2n80s2p1c1")
 for dt in f16 bf16; do
   for d in 64 128 256; do
     echo "== fa3_sm90 $dt D=$d, p0 against p1"

@@ -33,6 +33,21 @@ constexpr int kStepsPerAtom = fj_layout::kAtomElems / kWgmmaK;
 constexpr unsigned kGroupStride = 8 * kAtomBytes;  // 8 rows: the swizzle's repeat
 static_assert(kBlockN % kWgmmaK == 0, "BLOCK_N must be a multiple of 16 (P.V's K step)");
 
+// A cluster of kCluster CTAs (adjacent query blocks of one head) reads each K/V tile from L2
+// once: every CTA loads 1/kCluster of the keys and TMA multicasts them to all. Only where every
+// CTA of a cluster sees the same key tiles (the host's tile rules enforce it).
+static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
+static_assert(kCluster == 1 || (!kCausal && !kWindow && !kVarlen && !kPaged),
+              "a cluster's CTAs share every K/V tile: no per-block key ranges, no per-box page loads");
+static_assert(kBlockN / kCluster % 8 == 0, "each CTA's share of a tile starts on the swizzle's 8-row repeat");
+constexpr unsigned short kClusterMask = (1u << kCluster) - 1;
+// Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
+// FJ_MULTICAST=0 keeps the cluster but has each CTA load whole tiles itself.
+#ifndef FJ_MULTICAST
+#define FJ_MULTICAST 1
+#endif
+constexpr int kShareCtas = FJ_MULTICAST ? kCluster : 1;  // CTAs that share each K/V tile's load
+
 constexpr fj_layout::Fa3Layout kLayout =
     fj_layout::fa3_layout(kHeadDimQK, kHeadDimV, kWarpgroups, kBlockN, kStages, /*stage_o=*/!kVarlen);
 constexpr bool kStoreOViaTma = kLayout.o_bytes > 0;
@@ -41,6 +56,13 @@ constexpr int kConsumerRegs = fj_layout::fa3_consumer_regs(kConsumers, kLayout.s
 constexpr int kProducerRegs = fj_layout::kProducerRegs;
 static_assert(kCtasPerSm * kWgThreads * (kProducerRegs + kConsumers * kConsumerRegs) <= fj_layout::kRegisterFile,
               "the consumers' registers must fit the register file");
+
+// Whether a consumer's softmax runs under its own P.V_{j-1} (the intra-warpgroup overlap) with
+// the wait held back past it (sm90::wgmma_wait_after): measured +2-3% at D = 128, but with
+// three consumers (whose turns already hide each softmax) -1-5% at D = 64, and above D = 128
+// O's registers leave no room for P and the softmax's temporaries at once (ptxas spilled 28
+// bytes at D = 256, N = 80).
+constexpr bool kSoftmaxUnderPV = kConsumers <= 2 && kDV <= 128;
 
 // Named barriers 1..kConsumers (0 is __syncthreads): consumer c waits on kTurnBarrier + c for
 // its turn, which the consumer before it completes: two warpgroups per barrier.

@@ -48,14 +48,28 @@ struct Barriers {
   unsigned long long k_empty[kStages], v_empty[kStages];
 };
 
-// One tensor's tile of keys [k0, k0 + kBlockN) (rows of the tensor) of one key/value head, atom by atom.
+// One tensor's tile of keys [k0, k0 + kBlockN) (rows of the tensor) of one key/value head, atom by
+// atom. In a cluster each CTA loads its share of the keys (boxes of kBlockN / kCluster rows) into
+// every CTA's tile, and its barrier expects the whole tile: the others' shares land on it too.
 template <int kAtoms>
 FJ_DEVICE void load_tile(const FjTensorMap* map, unsigned char* dst, int k0, int kv_head, int batch,
                          unsigned long long* bar) {
   mbarrier_arrive_expect_tx(bar, unsigned(kAtoms * kBlockN * kAtomBytes));
+  if constexpr (kShareCtas == 1) {
 #pragma unroll
-  for (int a = 0; a < kAtoms; ++a)
-    tma_load_4d(dst + a * kBlockN * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0, batch, bar);
+    for (int b = 0; b < kCluster; ++b)
+#pragma unroll
+      for (int a = 0; a < kAtoms; ++a) {
+        const int r0 = b * (kBlockN / kCluster);
+        tma_load_4d(dst + (a * kBlockN + r0) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0 + r0, batch, bar);
+      }
+  } else {
+    const int r0 = int(cluster_ctarank()) * (kBlockN / kCluster);
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a)
+      tma_load_4d_multicast(dst + (a * kBlockN + r0) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0 + r0,
+                            batch, bar, kClusterMask);
+  }
 }
 
 // The same tile from a paged pool: box by box of kv_box_rows keys, each from the page the block
@@ -98,7 +112,9 @@ struct Ring {
 
 // The producer's one thread: per work tile K and V of every key tile, each stage refilled once
 // every consumer warp has released it, and Q once its buffer is free (after the first K tile,
-// so the next tile's keys stream while the consumers finish the last one).
+// so the next tile's keys stream while the consumers finish the last one). (A second thread for
+// V, so K never waits behind a V stage's later release, measured no faster and made ptxas spill
+// at D = 256.)
 FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const TileWalk& walk) {
   const FjAttentionParams& p = prm.attn;
   prefetch_tensor_map(&prm.q_map);
@@ -132,12 +148,30 @@ FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& ba
     ring.it += w.n_tiles;
     ++q_round;
   }
+  // In a cluster the other CTAs' consumers release this CTA's stages: it must not exit before
+  // their last arrivals (a stage's next round would be the first after the walk).
+  if constexpr (kShareCtas > 1) {
+    for (int j = 0; j < kStages; ++j) {
+      if (!ring.refill(j)) continue;
+      mbarrier_wait(&bars.k_empty[ring.stage(j)], ring.previous_phase(j));
+      mbarrier_wait(&bars.v_empty[ring.stage(j)], ring.previous_phase(j));
+    }
+  }
 }
 
-// A consumer warp is done reading a stage: its first lane tells the producer.
+// A consumer warp is done reading a buffer: its first lane tells the producer.
 FJ_DEVICE void release(unsigned long long* bar, int lane) {
   __syncwarp();
   if (lane == 0) mbarrier_arrive(bar);
+}
+
+// The same for a K/V stage, which every producer of the cluster writes into: lane i > 0 tells
+// the producer of CTA rank + i.
+FJ_DEVICE void release_stage(unsigned long long* bar, int lane) {
+  release(bar, lane);
+  if constexpr (kShareCtas > 1) {
+    if (lane > 0 && lane < kShareCtas) mbarrier_arrive_cluster(bar, (cluster_ctarank() + unsigned(lane)) % kShareCtas);
+  }
 }
 
 FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); }
@@ -248,7 +282,7 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     turns.pass(false);
     wgmma_wait<0>();
     fence_registers(s);
-    release(&bars.k_empty[stage], lane);
+    release_stage(&bars.k_empty[stage], lane);
     rows.prepare(s, first_tile * kBlockN);
     float alpha[1][2];
     sm.probabilities(c_tiles(s), rows.score_scale, alpha);  // O is 0: no rescale
@@ -268,13 +302,17 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     turns.pass(false);
     wgmma_wait<1>();
     fence_registers(s);
-    release(&bars.k_empty[stage], lane);
+    release_stage(&bars.k_empty[stage], lane);
     rows.prepare(s, (first_tile + j) * kBlockN);
     float alpha[1][2];
     const bool any_rescale = sm.probabilities(c_tiles(s), rows.score_scale, alpha);
-    wgmma_wait<0>();
+    // P.V_{j-1} ran under the softmax: wait for it only now (see kSoftmaxUnderPV).
+    if constexpr (kSoftmaxUnderPV)
+      wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
+    else
+      wgmma_wait<0>();
     fence_registers(o);
-    release(&bars.v_empty[prev], lane);
+    release_stage(&bars.v_empty[prev], lane);
     sm.rescale(c_tiles(o), alpha, any_rescale);
     pack_probabilities(s, pa);
   }
@@ -290,7 +328,7 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     turns.pass(last);
     wgmma_wait<0>();
     fence_registers(o);
-    release(&bars.v_empty[stage], lane);
+    release_stage(&bars.v_empty[stage], lane);
   }
 }
 
@@ -385,12 +423,17 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
     for (int s = 0; s < kStages; ++s) {
       mbarrier_init(&bars.k_full[s], 1);
       mbarrier_init(&bars.v_full[s], 1);
-      mbarrier_init(&bars.k_empty[s], kConsumers * 4);
-      mbarrier_init(&bars.v_empty[s], kConsumers * 4);
+      mbarrier_init(&bars.k_empty[s], kShareCtas * kConsumers * 4);  // every consumer warp of the cluster
+      mbarrier_init(&bars.v_empty[s], kShareCtas * kConsumers * 4);
     }
     fence_barrier_init();
   }
-  __syncthreads();  // the last CTA-wide barrier: the producer's idle warps leave below
+  // The last CTA-wide barrier (the producer's idle warps leave below); in a cluster, no copy or
+  // arrival reaches another CTA's barriers before they are initialized.
+  if constexpr (kCluster > 1)
+    cluster_sync();
+  else
+    __syncthreads();
 
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();

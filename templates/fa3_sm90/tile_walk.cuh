@@ -31,7 +31,10 @@ struct TileWork {
   int m0;  // first query row of the block, in the sequence's rows
   int first_tile, n_tiles;  // key tiles the block's rows see
 
-  FJ_DEVICE bool has_rows() const { return m0 < seq.len_q; }  // the grid covers the longest sequence
+  // The grid covers the longest sequence. A cluster's CTAs share every K/V load, so one past the
+  // last query block (an odd count) still walks the keys: TMA reads its Q rows as zeros and
+  // clips its output rows.
+  FJ_DEVICE bool has_rows() const { return kCluster > 1 || m0 < seq.len_q; }
   FJ_DEVICE bool has_keys() const { return has_rows() && n_tiles > 0; }
 };
 
@@ -41,7 +44,8 @@ struct TileWalk {
   const FjAttentionParams& p;
   int section_heads;
 
-  FJ_DEVICE int m_blocks() const { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
+  // Query blocks per head, a whole number of clusters (the launch plan pads the grid alike).
+  FJ_DEVICE int m_blocks() const { return (p.seqlen_q + kBlockM * kCluster - 1) / (kBlockM * kCluster) * kCluster; }
   FJ_DEVICE int total() const { return m_blocks() * p.heads_q * p.batch; }
   FJ_DEVICE static int grid() { return int(gridDim.x * gridDim.y * gridDim.z); }
 

@@ -77,12 +77,25 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   REQUIRE(f != nullptr);
   const Arch sm90 = Arch::parse("sm_90a").value();
   const Semantics d64 = fa3_semantics(DType::f16, 64, Mask::none), d256 = fa3_semantics(DType::f16, 256, Mask::none);
-  auto tiling = [&](int g, int n, int st, int persistent = 0) { return Tiling(f->knobs(), {g, n, st, persistent}); };
+  auto tiling = [&](int g, int n, int st, int persistent = 0, int cluster = 1) {
+    return Tiling(f->knobs(), {g, n, st, persistent, cluster});
+  };
   CHECK(f->check_tiling(d64, tiling(3, 112, 2)).ok());
   CHECK(f->check_tiling(d64, tiling(4, 64, 2)).error().message().find("warpgroups") != std::string::npos);
   CHECK(f->check_tiling(d64, tiling(1, 72, 2)).error().message().find("multiple of 16") != std::string::npos);
   CHECK(f->check_tiling(d64, tiling(1, 64, 5)).error().message().find("stages") != std::string::npos);
   CHECK(f->check_tiling(d64, tiling(1, 64, 2, 2)).error().message().find("persistent") != std::string::npos);
+  CHECK(f->check_tiling(d64, tiling(1, 64, 2, 0, 3)).error().message().find("cluster") != std::string::npos);
+  // A cluster shares K/V tiles between adjacent query blocks: only where both see the same keys,
+  // and only one tile per CTA pair.
+  CHECK(f->check_tiling(d64, tiling(3, 112, 2, 0, 2)).ok());
+  CHECK(f->check_tiling(d64, tiling(3, 112, 2, 1, 2)).error().message().find("persistent") != std::string::npos);
+  for (auto edit : {+[](Semantics& s) { s.mask = Mask::causal; }, +[](Semantics& s) { s.window = true; },
+                    +[](Semantics& s) { s.varlen = true; }, +[](Semantics& s) { s.paged = true; }}) {
+    Semantics s = d64;
+    edit(s);
+    CHECK(f->check_tiling(s, tiling(3, 112, 2, 0, 2)).error().message().find("same keys") != std::string::npos);
+  }
   // Three consumers hold 160 registers each: O, S and P of D = 256 do not fit.
   CHECK(f->check_tiling(d256, tiling(3, 64, 2)).error().message().find("registers") != std::string::npos);
   CHECK(f->check_tiling(d256, tiling(2, 128, 2)).error().message().find("registers") != std::string::npos);
@@ -107,11 +120,19 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
     const auto candidates = f->candidate_tilings(sm90, s);
     CHECK(candidates.size() >= 4);
     for (const Tiling& t : candidates) CHECK(f->check_tiling(s, t).ok());
-    // Every shape is a candidate on both grids, and the grid is the plan's alone: one kernel.
-    const int persistent = f->knobs().index("persistent");
+    // Every shape is a candidate on both grids, and the grid is the plan's alone: one kernel;
+    // where the semantics allow (not causal), also in pairs of CTAs.
+    const int persistent = f->knobs().index("persistent"), cluster = f->knobs().index("cluster");
     REQUIRE(persistent >= 0);
-    CHECK(std::count_if(candidates.begin(), candidates.end(), [&](const Tiling& t) { return t[persistent] == 1; }) * 2 ==
-          int(candidates.size()));
+    REQUIRE(cluster >= 0);
+    auto count = [&](int knob, int value) {
+      return std::count_if(candidates.begin(), candidates.end(), [&](const Tiling& t) { return t[knob] == value; });
+    };
+    CHECK(count(persistent, 1) * 3 == int(candidates.size()));
+    CHECK(count(cluster, 2) == count(persistent, 1));
+    Semantics causal = s;
+    causal.mask = Mask::causal;
+    for (const Tiling& t : f->candidate_tilings(sm90, causal)) CHECK(t[cluster] == 1);
     Tiling one = candidates.front(), walking = one;
     walking[persistent] = 1 - one[persistent];
     CHECK(KernelVariant{f->name(), s, one}.content_hash() == KernelVariant{f->name(), s, walking}.content_hash());

@@ -37,13 +37,13 @@ TEST_CASE("the cache key changes with template text, options, NVRTC version, arc
   CHECK(base.name == variant().name());  // readable file name
   // Plan-only knobs (fa3_sm90's grid, decode_sm80's splits) shape the launch, not the code: one entry.
   const KernelFamily* fa3 = find_family("fa3_sm90");
-  KernelVariant per_tile{"fa3_sm90", variant().semantics, Tiling(fa3->knobs(), {2, 112, 2, 0})};
+  KernelVariant per_tile{"fa3_sm90", variant().semantics, Tiling(fa3->knobs(), {2, 112, 2, 0, 1})};
   per_tile.semantics.vec = 8;
   KernelVariant walking = per_tile;
-  walking.tiling = Tiling(fa3->knobs(), {2, 112, 2, 1});
+  walking.tiling = Tiling(fa3->knobs(), {2, 112, 2, 1, 1});
   const auto per_tile_key = KernelBinaries::cache_key_from(per_tile, sm90a, "t", "13.0", compile_options(sm90a));
   CHECK(per_tile_key == KernelBinaries::cache_key_from(walking, sm90a, "t", "13.0", compile_options(sm90a)));
-  CHECK(per_tile_key.name == "fa3_sm90-" + per_tile.semantics.name() + "-g2n112s2");
+  CHECK(per_tile_key.name == "fa3_sm90-" + per_tile.semantics.name() + "-g2n112s2c1");
   CHECK(base.arch == "sm_80");
 
   CHECK(base.content_hash != KernelBinaries::cache_key_from(variant(), sm80, "templates-B", "13.0", opts).content_hash);

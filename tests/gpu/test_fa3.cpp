@@ -77,12 +77,22 @@ Errors run(const tools::AttentionCase& c, const Tiling& tiling) {
   return {r->rel_l2, r->lse_max_abs};
 }
 
-// The same tiling on the other grid: one CTA per tile, or a persistent one walking many.
-Tiling other_grid(Tiling t) {
-  const int persistent = t.table->index("persistent");
+// The tiling, the same on the other grid (one CTA per tile, or a persistent one walking many;
+// one CTA per tile for a cluster), and in CTA pairs sharing K/V loads where the semantics allow.
+std::vector<Tiling> grids_of(Tiling t, const Semantics& s) {
+  const int persistent = t.table->index("persistent"), cluster = t.table->index("cluster");
   REQUIRE(persistent >= 0);
-  t[persistent] = 1 - t[persistent];
-  return t;
+  REQUIRE(cluster >= 0);
+  std::vector<Tiling> out{t};
+  Tiling other = t;
+  other[persistent] = 1 - t[persistent];
+  if (other[persistent] == 1) other[cluster] = 1;
+  out.push_back(other);
+  Tiling pair = t;
+  pair[persistent] = 0;
+  pair[cluster] = 2;
+  if (pair != t && find_family("fa3_sm90")->check_tiling(s, pair).ok()) out.push_back(pair);
+  return out;
 }
 
 // The case on fa3_sm90's default tiling (on both grids) and on fa2_sm80's: fa3 within fa2's
@@ -92,7 +102,7 @@ void compare_with_fa2(const CaseSpec& s) {
   auto c = tools::AttentionCase::create(Fixture::get().gpu, s);
   REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.error().to_string()));
   const Tiling t3 = fa3_default(*c), t2 = fa2_default(*c);
-  for (const Tiling& t : {t3, other_grid(t3)}) {
+  for (const Tiling& t : grids_of(t3, semantics_of(*c))) {
     INFO(t.name());
     const Errors fa3 = run(*c, t);
     const Errors fa2 = run(*c, t2);
@@ -220,13 +230,14 @@ TEST_CASE("fa3_sm90: every candidate tiling of two variants gives the reference"
   Fixture& f = Fixture::get();
   const Arch arch = Arch::parse(f.gpu.info().arch).value();
   CaseSpec plain = fa3_case(DType::bf16, 128, Mask::causal, 777, 1234, 9100);
+  CaseSpec shared = fa3_case(DType::f16, 128, Mask::none, 777, 1234, 9102);  // clusters too
   CaseSpec rich = fa3_case(DType::f16, 64, Mask::causal, 0, 0, 9101);
   rich.varlen_q = {700, 3, 300};
   rich.varlen_k = {900, 50, 300};
   rich.window = Window{150, 0};
   rich.alibi = true;
   rich.sinks = true;
-  for (const CaseSpec& s : {plain, rich}) {
+  for (const CaseSpec& s : {plain, shared, rich}) {
     INFO(s.describe());
     auto c = tools::AttentionCase::create(f.gpu, s);
     REQUIRE(c.ok());
@@ -241,9 +252,10 @@ TEST_CASE("fa3_sm90: every candidate tiling of two variants gives the reference"
 }
 
 // Small problems for compute-sanitizer (memcheck, racecheck: bench/device_fa3_grid.sh
-// SANITIZE=1), each on both grids: each default tiling shape (three and two consumers, BLOCK_N
-// 80-128), a padded head dim, Dqk != Dv, every semantic at once with ragged sequences, a paged
-// cache, and a case whose persistent CTAs walk two tiles.
+// SANITIZE=1), each on both grids and, where not causal, in CTA pairs: each default tiling
+// shape (three and two consumers, BLOCK_N 80-128), a padded head dim, Dqk != Dv, every semantic
+// at once with ragged sequences, a paged cache, a case whose persistent CTAs walk two tiles,
+// and pairs over an odd count of query blocks (the last pair's second CTA pads).
 TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   if (!on_sm90()) return;
   std::vector<CaseSpec> cases;
@@ -273,11 +285,15 @@ TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   walk.heads_q = 64;
   walk.heads_kv = 8;
   cases.push_back(walk);
+  CaseSpec odd_pairs = fa3_case(DType::f16, 128, Mask::none, 333, 250, ++seed);
+  odd_pairs.heads_q = 8;
+  odd_pairs.heads_kv = 2;
+  cases.push_back(odd_pairs);
   for (const CaseSpec& s : cases) {
     INFO(s.describe());
     auto c = tools::AttentionCase::create(Fixture::get().gpu, s);
     REQUIRE(c.ok());
-    for (const Tiling& t : {fa3_default(*c), other_grid(fa3_default(*c))}) {
+    for (const Tiling& t : grids_of(fa3_default(*c), semantics_of(*c))) {
       const Errors e = run(*c, t);
       std::printf("  %-60s %-10s rel_l2 %.2e\n", s.describe().c_str(), t.name().c_str(), e.rel_l2);
     }

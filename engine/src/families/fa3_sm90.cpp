@@ -21,14 +21,17 @@ namespace {
 static_assert(sizeof(FjTensorMap) == sizeof(CUtensorMap) && alignof(FjTensorMap) == 64,
               "the kernel's tensor map type must hold a CUtensorMap, 64-byte aligned");
 
-enum Fa3Knob { kWarpgroups, kBlockN, kStages, kPersistent };
+enum Fa3Knob { kWarpgroups, kBlockN, kStages, kPersistent, kCluster };
 const KnobTable kKnobs{"fa3_sm90",
                        {{"warpgroups", "g", "kWarpgroups", "consumer warpgroups of 64 query rows each: BLOCK_M = 64 x this"},
                         {"block_n", "n", "kBlockN", "keys per K/V tile (a multiple of 16): the N of S = Q.K^T's wgmma"},
                         {"stages", "s", "kStages", "K/V tiles in flight through TMA"},
                         {"persistent", "p", nullptr,
                          "1: one CTA per SM slot walking many tiles (the next tile's loads overlap the last "
-                         "one's output), 0: one CTA per tile"}}};
+                         "one's output), 0: one CTA per tile"},
+                        {"cluster", "c", "kCluster",
+                         "2: pairs of CTAs (adjacent query blocks of one head) read each K/V tile from L2 once, "
+                         "TMA multicasting each one's half to both; 1: every CTA reads its own"}}};
 
 constexpr int kPriority = 75;  // after decode_sm80 (decode shapes), before fa2_sm80: faster on every measured cell
 constexpr int kAtom = fj_layout::kAtomElems;
@@ -61,6 +64,10 @@ int section_heads(const AttentionProblem& p, const DeviceContextInfo& device, st
 }
 
 int round_up16(int x) { return (x + 15) / 16 * 16; }
+
+// Whether every query block of a head sees the same key tiles, loaded whole from a contiguous
+// tensor: then adjacent blocks may share each tile's load (the cluster knob).
+bool shares_keys(const Semantics& s) { return s.mask != Mask::causal && !s.window && !s.varlen && !s.paged; }
 
 // A [B, S, H, D] input as a TMA view whose boxes are 64 head-dim elements by `rows` rows of one head.
 TmaView box_view(const char* name, const TensorView& t, int rows) {
@@ -100,6 +107,11 @@ class Fa3Sm90 final : public KernelFamily {
       return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
     if (t[kStages] < 2 || t[kStages] > 4) return bad("stages must be in [2, 4]");
     if (t[kPersistent] != 0 && t[kPersistent] != 1) return bad("persistent must be 0 or 1");
+    if (t[kCluster] != 1 && t[kCluster] != 2) return bad("cluster must be 1 or 2");
+    if (t[kCluster] == 2 && !shares_keys(s))
+      return bad("cluster 2 needs every query block to see the same keys: no causal mask, window, varlen or paged K/V");
+    if (t[kCluster] == 2 && t[kPersistent] == 1)
+      return bad("cluster 2 takes one tile per CTA pair: persistent must be 0");
     // Registers a consumer thread holds: O (Dv / 2), S (BLOCK_N / 2) and P (BLOCK_N / 4), with
     // head dims padded to wgmma's 16; what is left of the consumer's share holds the rest.
     const int held = round_up16(s.head_dim_v) / 2 + t[kBlockN] / 2 + t[kBlockN] / 4;
@@ -127,9 +139,9 @@ class Fa3Sm90 final : public KernelFamily {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     const bool causal = s.mask == Mask::causal, short_seq = shape && shape->seqlen_q <= kShortSeq;
     const int persistent = short_seq && causal && d <= 128 ? 1 : 0;
-    if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent}) : Tiling(kKnobs, {3, 112, 2, 0});
-    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq ? 128 : 176, 2, persistent});
-    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0});
+    if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent, 1}) : Tiling(kKnobs, {3, 112, 2, 0, 1});
+    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq ? 128 : 176, 2, persistent, 1});
+    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, 1});
   }
 
   std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const override {
@@ -144,12 +156,15 @@ class Fa3Sm90 final : public KernelFamily {
     for (int g = 1; g <= kMaxWarpgroups; ++g)
       for (int n : kCandidateBlockN)
         for (int st : {2, 3}) {
-          const Tiling t(kKnobs, {g, n, st, 0});
+          const Tiling t(kKnobs, {g, n, st, 0, 1});
           if (!check_tiling(s, t).ok() || layout(s, t).smem_bytes > arch_smem_limit(arch)) continue;
           out.push_back(t);
           Tiling persistent = t;
           persistent[kPersistent] = 1;
           out.push_back(persistent);  // the same compiled kernel: the plan alone sizes the grid
+          Tiling pair = t;
+          pair[kCluster] = 2;
+          if (check_tiling(s, pair).ok()) out.push_back(pair);
         }
     return out;
   }
@@ -169,7 +184,10 @@ class Fa3Sm90 final : public KernelFamily {
     main.entry = 0;
     // The kernel numbers tiles across the grid (fa3_sm90/tile_walk.cuh): one CTA per tile, or
     // as many as run at once, each walking every grid-size-th tile.
-    const std::int64_t m_blocks = (p.shape.seqlen_q + block_m - 1) / block_m;
+    // A cluster's CTAs are adjacent query blocks of one head: an odd count gains one block of
+    // padding (the kernel walks its keys and stores nothing).
+    const std::int64_t cluster = t[kCluster];
+    const std::int64_t m_blocks = (p.shape.seqlen_q + block_m * cluster - 1) / (block_m * cluster) * cluster;
     const std::int64_t tiles = m_blocks * p.shape.heads_q * p.shape.batch;
     if (tiles > std::numeric_limits<int>::max())
       return Error(Code::unsupported, "fa3_sm90: " + std::to_string(tiles) +
@@ -181,13 +199,15 @@ class Fa3Sm90 final : public KernelFamily {
     else
       main.grid = {unsigned(m_blocks), unsigned(p.shape.heads_q), unsigned(p.shape.batch)};
     main.block = {unsigned(128 * (t[kWarpgroups] + 1)), 1, 1};  // a producer warpgroup and the consumers
+    main.cluster = {unsigned(cluster), 1, 1};
     main.smem_bytes = unsigned(l.smem_bytes);
     FjFa3Params& fp = main.params.emplace<FjFa3Params>();
     fill_attention_params(p, fp.attn);
     const AttentionArgs& a = *p.args;
     // A paged pool's boxes hold the keys the page size and BLOCK_N have in common, so none
     // crosses a page (refusal() ensured a multiple of 8).
-    int kv_rows = t[kBlockN];
+    // In a cluster, each CTA loads 1 / cluster of every K/V tile's keys.
+    int kv_rows = t[kBlockN] / int(cluster);
     if (v.semantics.paged) {
       kv_rows = std::gcd(t[kBlockN], fp.attn.page_size);
       if (kv_rows % kPageRowsMultiple != 0)

@@ -35,6 +35,16 @@ FJ_DEVICE bool mbarrier_try_wait(unsigned long long* bar, unsigned parity) {
       : "memory");
   return done != 0;
 }
+// One arrival on the barrier at the same shared-memory offset in CTA `cta` of the cluster
+// (this CTA included). The default .release.cta semantics, as CUTLASS's cluster pipelines use:
+// the arrival follows reads that have completed (wgmma.wait_group) and only orders them.
+FJ_DEVICE void mbarrier_arrive_cluster(unsigned long long* bar, unsigned cta) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
 // try_wait suspends the thread for a hardware-chosen time before it returns false, so the loop
 // does not spin hot.
 FJ_DEVICE void mbarrier_wait(unsigned long long* bar, unsigned parity) {
@@ -70,6 +80,17 @@ FJ_DEVICE void tma_load_4d(void* smem, const void* map, int c0, int c1, int c2, 
       : "memory");
 }
 
+// The same box into the same shared-memory offset of every CTA of the cluster in `cta_mask`
+// (bit i: CTA rank i), completing its bytes on each one's barrier at `bar`'s offset.
+FJ_DEVICE void tma_load_4d_multicast(void* smem, const void* map, int c0, int c1, int c2, int c3,
+                                     unsigned long long* bar, unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem)),
+      "l"(map_addr(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "h"(cta_mask)
+      : "memory");
+}
+
 // Shared memory to the tensor map's box; elements outside the tensor are not written. Generic
 // stores to `smem` must be made visible to the copy engine first (fence_async_shared).
 FJ_DEVICE void tma_store_3d(const void* map, const void* smem, int c0, int c1, int c2) {
@@ -95,6 +116,19 @@ FJ_DEVICE void fence_async_shared() { asm volatile("fence.proxy.async.shared::ct
 // Brings a tensor map into the cache of descriptors before its first copy.
 FJ_DEVICE void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map_addr(map)) : "memory");
+}
+
+// --- clusters ----------------------------------------------------------------------------------
+// This CTA's rank within its cluster (0 without one).
+FJ_DEVICE unsigned cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster: what each wrote before (barrier initialization
+// included) is visible to all after. Also a CTA-wide barrier.
+FJ_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // --- warp specialization -------------------------------------------------------------------------

@@ -38,6 +38,19 @@ template <int kPending>
 FJ_DEVICE void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
+// wgmma_wait, held until `after` is computed. ptxas places a wait as early as its basic block
+// allows, above work the PTX puts before it (measured on fa3_sm90: the softmax it meant to run
+// under P.V ran after it). A warp-uniform branch on `after` opens a new block; both arms wait,
+// spelled differently so the compiler cannot fold the arms back into one block. The value must
+// be warp-uniformly comparable (any float: the test is never-equal, just opaque).
+template <int kPending>
+FJ_DEVICE void wgmma_wait_after(float after) {
+  constexpr float kOpaque = 0.1234567f;  // any constant: only the branch's existence matters
+  if (__any_sync(0xffffffffu, after != kOpaque))
+    wgmma_wait<kPending>();
+  else
+    asm volatile("wgmma.wait_group.sync.aligned %0; // held back\n" ::"n"(kPending) : "memory");
+}
 // Keeps the compiler from moving accesses of accumulator registers across a wgmma in flight.
 template <int kCount>
 FJ_DEVICE void fence_registers(float (&r)[kCount]) {
