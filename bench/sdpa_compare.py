@@ -23,19 +23,32 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timing  # noqa: E402
 
 
-def median_ms(fn, warmup=5, reps=20):
+WARMUP, REPS = 5, 20
+
+
+def median_of_rounds(fns, rounds):
     # One call per event pair, as this table has always been timed (prefill calls run 0.1 ms
     # and more, where a ctypes call's host latency does not show).
-    return timing.median_ms(fn, warmup, reps, calls=1)
+    return timing.median_of_rounds(fns, WARMUP, REPS, rounds, calls=1)
 
 
 def sdpa_call(backend, qt, kt, vt, causal, group, name):
     """One SDPA call on `backend`; GQA through enable_gqa, or through K and V repeated per query
-    head when the backend refuses it (it then reads group x the K/V bytes: noted)."""
+    head when the backend refuses it (it then reads group x the K/V bytes: noted). None where the
+    backend refuses the shape altogether."""
+    try:
+        return sdpa_call_or_raise(backend, qt, kt, vt, causal, group, name)
+    except RuntimeError as e:
+        print("  %s unavailable: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
+        return None
+
+
+def sdpa_call_or_raise(backend, qt, kt, vt, causal, group, name):
     def call(k, v, **kw):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qt, k, v, is_causal=causal, **kw)
     if group == 1:
+        call(kt, vt)
         return lambda: call(kt, vt)
     try:
         call(kt, vt, enable_gqa=True)
@@ -65,6 +78,9 @@ def main():
     p.add_argument("--dv", type=int, default=0,
                    help="head dim of V and O when it differs from Q and K's (MLA prefill: --dims 192 --dv 128); "
                         "heads = hidden / the Q/K head dim")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds per cell (flashjit, flash, cuDNN, then again); each keeps its "
+                        "rounds' median")
     p.add_argument("--out", help="markdown table to write")
     p.add_argument("--json", help="raw results to write")
     a = p.parse_args()
@@ -88,13 +104,15 @@ def main():
                 stream = torch.cuda.current_stream().cuda_stream
                 r = {"D": d, "Dv": dv, "S": s, "B": b, "H": h, "causal": causal}
                 fl = flops(b, h, s, d, dv, causal)
-                r["flashjit"] = fl / median_ms(lambda: fj.forward_args(lib, args, stream)) / 1e9
+                fns = {"flashjit": lambda: fj.forward_args(lib, args, stream)}
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        r[name] = fl / median_ms(sdpa_call(backend, qt, kt, vt, causal, a.group, name)) / 1e9
-                    except RuntimeError as e:  # backend unavailable for this shape
+                    fn = sdpa_call(backend, qt, kt, vt, causal, a.group, name)
+                    if fn:
+                        fns[name] = fn
+                    else:
                         r[name] = None
-                        print("  %s unavailable: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
+                for name, ms in zip(fns, median_of_rounds(list(fns.values()), a.rounds)):
+                    r[name] = fl / ms / 1e9
                 # Correctness on one head of one batch against float64.
                 fj.forward_args(lib, args, stream)
                 torch.cuda.synchronize()
@@ -118,7 +136,7 @@ def main():
         except Exception:
             commit = "unknown"
     meta = {"device": dev, "date": datetime.date.today().isoformat(), "commit": commit, "torch": torch.__version__,
-            "dtype": a.dtype, "flashjit": fj_version(lib)}
+            "dtype": a.dtype, "rounds": a.rounds, "flashjit": fj_version(lib)}
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
@@ -126,7 +144,9 @@ def main():
         with open(a.out, "w") as f:
             f.write("# Prefill forward, %s, B*S = %d tokens, Hq*D = %d (TFLOP/s)\n\n" % (a.dtype, a.tokens, a.hidden))
             f.write("Device: %s; date: %s; commit: %s; PyTorch %s; %s.\n" % (dev, meta["date"], commit, torch.__version__, meta["flashjit"]))
-            f.write("Same process, CUDA events, 5 warm-up + median of 20, random normal inputs.\n\n")
+            f.write("Same process, CUDA events, random normal inputs; per cell %d interleaved rounds of flashjit, "
+                    "SDPA flash, SDPA cuDNN (each %d warm-up calls, median of %d), each keeping its rounds' "
+                    "median.\n\n" % (a.rounds, WARMUP, REPS))
             f.write("| D | Dv | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN | rel. L2 vs fp64 |\n")
             f.write("|---|---|---|---|---|---|---|---|---|---|\n")
             fmt = lambda x: "%.0f" % x if x else "–"

@@ -33,3 +33,14 @@ def best_of_rounds(fns, warmup, reps, rounds=3):
         for i, fn in enumerate(fns):
             best[i] = min(best[i], median_ms(fn, warmup, reps))
     return best
+
+
+def median_of_rounds(fns, warmup, reps, rounds=3, calls=CALLS_PER_SAMPLE):
+    """Times each function in `rounds` interleaved rounds (A B C A B C ...) and keeps the median of
+    each one's round medians: a peer's slow round (clock or L2 state drifting between cells) then
+    counts neither for it nor against the others, and no one keeps a lucky best."""
+    per = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            per[i].append(median_ms(fn, warmup, reps, calls))
+    return [sorted(t)[len(t) // 2] for t in per]

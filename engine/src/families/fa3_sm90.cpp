@@ -41,6 +41,9 @@ constexpr int kRegsReserved = 44;  // a consumer's addresses, tile walk, loop st
 constexpr int kRegsReservedLone = 56;  // a lone consumer warpgroup: at 44, D = 256 N = 80 (188 held of 240) spilled 12 bytes
 constexpr int kPageRowsMultiple = 8;  // a paged box's rows: the 128-byte swizzle repeats every 8 rows
 constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may only follow size buckets
+// Keys up to here (a power of two, as above): D = 128 non-causal takes 128-key tiles, not 176,
+// which would leave 4K keys a partial 24th tile (3% of the work masked).
+constexpr std::int64_t kMidKeys = 4096;
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
 // 112 at 192, 128-176 at 128, 128-192 at 64) and their neighbours.
 constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
@@ -127,9 +130,10 @@ class Fa3Sm90 final : public KernelFamily {
   // fa3_sm90_persistent_h100_2026-11-22.md), per head dim: three consumers at D = 64 (the
   // softmax is a larger share of the work there, and two others' GEMMs hide it), two above;
   // BLOCK_N as large as the registers allow: 80 at D = 256 (+17% over 64), 176 at D = 128
-  // (+2-4% over 112 at 4K and 16K, the mean of two passes in reverse order). Causal D = 128
-  // keeps 128, within 2% of the best at 16K, with less of its work masked on the diagonal at
-  // short sequences. Short sequences (queries in the 1K bucket and below): D <= 64
+  // (+2-4% over 112 at 16K, the mean of two passes in reverse order) where the keys are many;
+  // up to 4K keys 128 (+2-5% over 176 at 4K: fa3_sm90_qregs_h100_2026-11-23.md). Causal
+  // D = 128 keeps 128, within 2% of the best at 16K, with less of its work masked on the
+  // diagonal at short sequences. Short sequences (queries in the 1K bucket and below): D <= 64
   // takes one consumer, two CTAs an SM (192-row blocks leave a partial last block and more
   // masked work on the diagonal: +7% non-causal, +19% causal at 1K); D = 128 takes 128 keys
   // (112 leaves 1K keys a partial tenth tile: +8%); under the causal mask both walk a
@@ -138,16 +142,19 @@ class Fa3Sm90 final : public KernelFamily {
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     const bool causal = s.mask == Mask::causal, short_seq = shape && shape->seqlen_q <= kShortSeq;
+    const bool few_keys = shape && shape->seqlen_k <= kMidKeys;
     const int persistent = short_seq && causal && d <= 128 ? 1 : 0;
     if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent, 1}) : Tiling(kKnobs, {3, 112, 2, 0, 1});
-    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq ? 128 : 176, 2, persistent, 1});
+    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq || few_keys ? 128 : 176, 2, persistent, 1});
     return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, 1});
   }
 
   std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const override {
-    const ProblemShape short_seq{1, kShortSeq, kShortSeq, 1, 1};
     std::vector<Tiling> out{default_tiling(arch, s, nullptr)};
-    if (Tiling t = default_tiling(arch, s, &short_seq); !(t == out[0])) out.push_back(t);
+    for (std::int64_t seq : {kShortSeq, kMidKeys}) {
+      const ProblemShape shape{1, seq, seq, 1, 1};
+      if (Tiling t = default_tiling(arch, s, &shape); std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+    }
     return out;
   }
 
