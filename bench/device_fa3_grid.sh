@@ -4,12 +4,17 @@
 # cuDNN in the same process. Logs under $OUT.
 # Usage (on the device, repo root, .carry/build carried): bash bench/device_fa3_grid.sh
 # (SUITE=0, HOST=0, DTYPES=none skip parts; EXTRA=1 adds the GQA and MLA cells, SANITIZE=1 the sanitizers.)
+# Tables come back in tables.txt, JSON and the clock/power samples in results_json.tgz.
 set -u
 OUT=${OUT:-/tmp/flashjit-out}
 mkdir -p "$OUT"
 if [[ -d .carry/build ]]; then rm -rf build && mv .carry/build build; fi
 export FLASHJIT_CACHE_DIR=/tmp/flashjit-cache-fa3-grid
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+# The SM clock, power and clock-event reasons (0x4: the software power cap) every 200 ms.
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+  --format=csv,noheader -lms 200 > "$OUT/power.csv" 2>&1 &
+smi=$!
 
 if [[ ${SUITE:-1} == 1 ]]; then
   echo "== GPU suite"
@@ -41,3 +46,10 @@ if [[ ${SANITIZE:-0} == 1 ]]; then
     echo "rc=$?"; tail -4 "$OUT/sanitize_$tool.log"
   done
 fi
+kill $smi 2>/dev/null
+echo "== SM clock under load (samples above 400 W: count, MHz, power, reasons)"
+awk -F', ' '$3+0 > 400 {print int($2/100)*100 " MHz", int($3/100)*100 " W", $5}' "$OUT/power.csv" | sort | uniq -c |
+  sort -k2 -n | tail -12
+# Few files travel back: the tables in one, the JSON in one archive.
+(cd "$OUT" && cat $(ls *.md 2>/dev/null) > tables.txt 2>/dev/null; tar -czf results_json.tgz $(ls *.json 2>/dev/null) power.csv &&
+  rm -f *.json power.csv $(ls *.md 2>/dev/null))

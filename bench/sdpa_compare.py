@@ -32,6 +32,18 @@ def median_of_rounds(fns, rounds):
     return timing.median_of_rounds(fns, WARMUP, REPS, rounds, calls=1)
 
 
+def sm_clock_mhz():
+    """The SM clock now (nvidia-smi), read right after a cell's timing: the H100 drops it under its
+    power cap (seen down to ~1.2 GHz from 1.98 during the heaviest cells), which moves every
+    peer's absolute TFLOP/s; None where nvidia-smi cannot say."""
+    try:
+        out = subprocess.check_output(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
+                                       "-i", str(torch.cuda.current_device())], text=True, timeout=10)
+        return int(out.split()[0])
+    except Exception:
+        return None
+
+
 def sdpa_call(backend, qt, kt, vt, causal, group, name):
     """One SDPA call on `backend`; GQA through enable_gqa, or through K and V repeated per query
     head when the backend refuses it (it then reads group x the K/V bytes: noted). None where the
@@ -113,6 +125,7 @@ def main():
                         r[name] = None
                 for name, ms in zip(fns, median_of_rounds(list(fns.values()), a.rounds)):
                     r[name] = fl / ms / 1e9
+                r["sm_clock_mhz"] = sm_clock_mhz()
                 # Correctness on one head of one batch against float64.
                 fj.forward_args(lib, args, stream)
                 torch.cuda.synchronize()
@@ -123,10 +136,11 @@ def main():
                 r["ratio_flash"] = r["flashjit"] / r["sdpa_flash"] if r["sdpa_flash"] else None
                 r["ratio_cudnn"] = r["flashjit"] / r["sdpa_cudnn"] if r["sdpa_cudnn"] else None
                 rows.append(r)
-                print("D=%3d Dv=%3d S=%5d causal=%d  flashjit %6.1f  flash %6s  cudnn %6s  ratio/flash %s  rel_l2 %.1e" % (
+                print("D=%3d Dv=%3d S=%5d causal=%d  flashjit %6.1f  flash %6s  cudnn %6s  ratio/flash %s  rel_l2 %.1e"
+                      "  SM %s MHz" % (
                     d, dv, s, causal, r["flashjit"], "%.1f" % r["sdpa_flash"] if r["sdpa_flash"] else "-",
                     "%.1f" % r["sdpa_cudnn"] if r["sdpa_cudnn"] else "-",
-                    "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"]), flush=True)
+                    "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"], r["sm_clock_mhz"]), flush=True)
             del q, k, v, o
     commit = os.environ.get("FLASHJIT_COMMIT")
     if not commit:
@@ -147,14 +161,16 @@ def main():
             f.write("Same process, CUDA events, random normal inputs; per cell %d interleaved rounds of flashjit, "
                     "SDPA flash, SDPA cuDNN (each %d warm-up calls, median of %d), each keeping its rounds' "
                     "median.\n\n" % (a.rounds, WARMUP, REPS))
-            f.write("| D | Dv | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN | rel. L2 vs fp64 |\n")
-            f.write("|---|---|---|---|---|---|---|---|---|---|\n")
+            f.write("| D | Dv | S | causal | flashjit | SDPA flash (FA2) | SDPA cuDNN | flashjit / FA2 | flashjit / cuDNN "
+                    "| rel. L2 vs fp64 | SM MHz after |\n")
+            f.write("|---|---|---|---|---|---|---|---|---|---|---|\n")
             fmt = lambda x: "%.0f" % x if x else "–"
             rat = lambda x: "%.2f" % x if x else "–"
             for r in rows:
-                f.write("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %.1e |\n" % (
+                f.write("| %d | %d | %d | %s | %s | %s | %s | %s | %s | %.1e | %s |\n" % (
                     r["D"], r["Dv"], r["S"], "yes" if r["causal"] else "no", fmt(r["flashjit"]), fmt(r["sdpa_flash"]),
-                    fmt(r["sdpa_cudnn"]), rat(r["ratio_flash"]), rat(r["ratio_cudnn"]), r["rel_l2"]))
+                    fmt(r["sdpa_cudnn"]), rat(r["ratio_flash"]), rat(r["ratio_cudnn"]), r["rel_l2"],
+                    r["sm_clock_mhz"] or "–"))
 
 
 def fj_version(lib):
