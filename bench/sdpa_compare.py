@@ -46,29 +46,25 @@ def sm_clock_mhz():
 
 def sdpa_call(backend, qt, kt, vt, causal, group, name):
     """One SDPA call on `backend`; GQA through enable_gqa, or through K and V repeated per query
-    head when the backend refuses it (it then reads group x the K/V bytes: noted). None where the
-    backend refuses the shape altogether."""
-    try:
-        return sdpa_call_or_raise(backend, qt, kt, vt, causal, group, name)
-    except RuntimeError as e:
-        print("  %s unavailable: %s" % (name, str(e).splitlines()[0]), file=sys.stderr)
-        return None
-
-
-def sdpa_call_or_raise(backend, qt, kt, vt, causal, group, name):
+    head when the backend refuses it (it then reads group x the K/V bytes: noted). Each form is
+    tried once here; None where the backend refuses them all."""
     def call(k, v, **kw):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(qt, k, v, is_causal=causal, **kw)
-    if group == 1:
-        call(kt, vt)
-        return lambda: call(kt, vt)
-    try:
-        call(kt, vt, enable_gqa=True)
-        return lambda: call(kt, vt, enable_gqa=True)
-    except RuntimeError:
-        kr, vr = kt.repeat_interleave(group, dim=1), vt.repeat_interleave(group, dim=1)
-        print("  %s: enable_gqa refused, K and V repeated per query head" % name, file=sys.stderr)
-        return lambda: call(kr, vr)
+    forms = [(kt, vt, {})] if group == 1 else [
+        (kt, vt, {"enable_gqa": True}),
+        (kt.repeat_interleave(group, dim=1), vt.repeat_interleave(group, dim=1), {})]
+    for i, (k, v, kw) in enumerate(forms):
+        try:
+            call(k, v, **kw)
+        except RuntimeError as e:
+            error = e
+            continue
+        if i > 0:
+            print("  %s: enable_gqa refused, K and V repeated per query head" % name, file=sys.stderr)
+        return lambda: call(k, v, **kw)
+    print("  %s unavailable: %s" % (name, str(error).splitlines()[0]), file=sys.stderr)
+    return None
 
 
 def flops(b, h, s, d, dv, causal):

@@ -25,22 +25,22 @@ def median_ms(fn, warmup, reps, calls=CALLS_PER_SAMPLE):
     return times[len(times) // 2]
 
 
-def best_of_rounds(fns, warmup, reps, rounds=3):
-    """Times each function `rounds` times, interleaved (A B A B), and keeps each one's best median:
-    clock drift between the candidates then cancels instead of favouring one."""
-    best = [math.inf] * len(fns)
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            best[i] = min(best[i], median_ms(fn, warmup, reps))
-    return best
-
-
-def median_of_rounds(fns, warmup, reps, rounds=3, calls=CALLS_PER_SAMPLE):
-    """Times each function in `rounds` interleaved rounds (A B C A B C ...) and keeps the median of
-    each one's round medians: a peer's slow round (clock or L2 state drifting between cells) then
-    counts neither for it nor against the others, and no one keeps a lucky best."""
+def round_medians(fns, warmup, reps, rounds=3, calls=CALLS_PER_SAMPLE):
+    """Each function's median in each of `rounds` interleaved rounds (A B A B ...), so clock drift
+    between the candidates falls on all of them instead of favouring one."""
     per = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
             per[i].append(median_ms(fn, warmup, reps, calls))
-    return [sorted(t)[len(t) // 2] for t in per]
+    return per
+
+
+def best_of_rounds(fns, warmup, reps, rounds=3):
+    """Each function's best round median."""
+    return [min(t) for t in round_medians(fns, warmup, reps, rounds)]
+
+
+def median_of_rounds(fns, warmup, reps, rounds=3, calls=CALLS_PER_SAMPLE):
+    """Each function's median round: a peer's slow round counts neither for it nor against the
+    others, and no one keeps a lucky best."""
+    return [sorted(t)[len(t) // 2] for t in round_medians(fns, warmup, reps, rounds, calls)]
