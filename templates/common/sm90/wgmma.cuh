@@ -23,10 +23,17 @@ FJ_DEVICE unsigned long long matrix_descriptor(const void* smem, unsigned leadin
          (static_cast<unsigned long long>((stride_bytes >> 4) & 0x3FFFu) << 32) |
          (static_cast<unsigned long long>(static_cast<int>(swizzle)) << 62);
 }
-// The same matrix `bytes` further along its K dimension (a 16-element step inside a swizzle
-// atom moves the start; the hardware applies the swizzle to the final address).
+// The same matrix `bytes` further on (a 16-element step inside a swizzle atom moves the start;
+// the hardware applies the swizzle to the final address). A 32-bit add on the low word: the start
+// field cannot carry out of it, as every shared-memory address fits its 14 bits (>> 4), and a
+// compile-time `bytes` then costs one instruction instead of rebuilding the descriptor.
 FJ_DEVICE unsigned long long advance_descriptor(unsigned long long desc, unsigned bytes) {
-  return desc + (bytes >> 4);
+  // Spelled in PTX: from C++ the compiler widens it back into a 64-bit add with carry.
+  unsigned long long out;
+  asm("{\n .reg .b32 lo, hi;\n mov.b64 {lo, hi}, %1;\n add.u32 lo, lo, %2;\n mov.b64 %0, {lo, hi};\n}\n"
+      : "=l"(out)
+      : "l"(desc), "r"(bytes >> 4));
+  return out;
 }
 
 // Orders earlier register and shared-memory accesses before the next wgmma reads them.
