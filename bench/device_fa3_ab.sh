@@ -3,7 +3,7 @@
 # tilings over a few cells, in interleaved passes (A B B A ...) so the card's power-capped clock
 # drifts across every setting alike; nvidia-smi samples clock and power beside it.
 # Usage (on the device, repo root, .carry/build carried):
-#   SETTINGS="default;-DFJ_SOFTMAX_TREE=1" CELLS="d128:--dims 128 --seqs 16384 --causal no" \
+#   SETTINGS="default;-DFJ_LAZY_RESCALE=0;tiling=g2n128s2p0c1" CELLS="d128:--dims 128 --seqs 16384 --causal no" \
 #   PASSES=4 bash bench/device_fa3_ab.sh
 # A setting is either NVRTC options ("default": none) or "tiling=<tiling>" (default options).
 set -u
