@@ -115,15 +115,20 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   CHECK(f->default_tiling(sm90, d64, &short_seq)[persistent] == 0);
   CHECK(f->default_tiling(sm90, d256, &short_seq)[persistent] == 0);
   CHECK(f->default_tilings(sm90, d256).size() == 1);
-  // D = 128 non-causal takes 128 keys up to the 4K bucket (176 would leave 4K a partial tile), 176 beyond.
+  // D = 128 non-causal takes 128 keys up to the 4K bucket (176 would leave 4K a partial tile), 176
+  // beyond; up to the 8K bucket on a persistent grid (a warm-up compiles all four).
   Semantics d128 = d64;
   d128.head_dim_qk = d128.head_dim_v = 128;
-  const ProblemShape four_k{4, 4096, 4096, 16, 16}, eight_k{2, 4097, 4097, 16, 16};
+  const ProblemShape four_k{4, 4096, 4096, 16, 16}, eight_k{2, 4097, 4097, 16, 16}, sixteen_k{1, 8193, 8193, 16, 16};
   const int block_n = f->knobs().index("block_n");
   CHECK(f->default_tiling(sm90, d128, &four_k)[block_n] == 128);
+  CHECK(f->default_tiling(sm90, d128, &four_k)[persistent] == 1);
   CHECK(f->default_tiling(sm90, d128, &eight_k)[block_n] == 176);
+  CHECK(f->default_tiling(sm90, d128, &eight_k)[persistent] == 1);
+  CHECK(f->default_tiling(sm90, d128, &sixteen_k)[block_n] == 176);
+  CHECK(f->default_tiling(sm90, d128, &sixteen_k)[persistent] == 0);
   CHECK(f->default_tiling(sm90, d128, nullptr)[block_n] == 176);
-  CHECK(f->default_tilings(sm90, d128).size() == 2);
+  CHECK(f->default_tilings(sm90, d128).size() == 4);
   for (const Semantics& s : {d64, d256}) {
     CHECK(f->check_tiling(s, f->default_tiling(sm90, s, nullptr)).ok());
     const auto candidates = f->candidate_tilings(sm90, s);

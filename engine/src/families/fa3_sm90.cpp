@@ -44,6 +44,11 @@ constexpr std::int64_t kShortSeq = 1024;  // a power of two: the default may onl
 // Keys up to here (a power of two, as above): D = 128 non-causal takes 128-key tiles, not 176,
 // which would leave 4K keys a partial 24th tile (3% of the work masked).
 constexpr std::int64_t kMidKeys = 4096;
+// Keys up to here (a power of two, as above): D = 128 non-causal walks a persistent grid, whose
+// producer loads the next tile under the last one's output, where a CTA's walk is short (under
+// ncu's locked clocks, bf16: 4K 0.97 against 1.00-1.01 ms, 8K 1.89-1.91 against 1.92-1.93; 16K
+// 3.69-3.71 against 3.68-3.72, no gain: bench/results/fa3_sm90_seventh_h100_2026-11-23.md).
+constexpr std::int64_t kPersistentKeys = 8192;
 // The candidates the tuner times: FlashAttention-3's choices on the H100 (N = 80 at D = 256,
 // 112 at 192, 128-176 at 128, 128-192 at 64) and their neighbours.
 constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
@@ -55,9 +60,14 @@ fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
 // Heads whose tiles a persistent grid of `slots` CTAs interleaves (templates/fa3_sm90/tile_walk.cuh):
 // as many as keep their K and V within half of L2 (Q, O and other lines take the rest), and more
 // where one round of tiles would span over 1/kRoundSpan of a head's query blocks (under the
-// causal mask, the tiles of one round then weigh nearly the same), up to all of L2.
+// causal mask, the tiles of one round then weigh nearly the same), up to all of L2. Where every
+// tile weighs the same (no mask, window or per-sequence lengths) there is nothing to balance:
+// one head at a time, as the one-tile-per-CTA grid, so the CTAs at work share the fewest K/V
+// lines (D = 128 8K under ncu's locked clocks: L2 traffic 9.0 GB with 9-head sections).
 constexpr std::int64_t kRoundSpan = 4;
 int section_heads(const AttentionProblem& p, const DeviceContextInfo& device, std::int64_t slots, std::int64_t m_blocks) {
+  const Semantics& s = p.semantics;
+  if (s.mask != Mask::causal && !s.window && !s.varlen && !s.kv_lens) return 1;
   const std::int64_t group = std::max<std::int64_t>(1, p.shape.heads_q / std::max<std::int64_t>(1, p.shape.heads_kv));
   const std::int64_t kv_bytes_per_head = std::max<std::int64_t>(
       1, p.shape.seqlen_k * (p.semantics.head_dim_qk + p.semantics.head_dim_v) * std::int64_t(dtype_size(p.semantics.dtype)) / group);
@@ -139,19 +149,24 @@ class Fa3Sm90 final : public KernelFamily {
   // (112 leaves 1K keys a partial tenth tile: +8%); under the causal mask both walk a
   // persistent grid, whose CTAs' next tile loads under the last one's output (+2-7% at 1K; at
   // longer ones a static walk balances the diagonal worse than the hardware's block scheduler).
+  // D = 128 non-causal walks one too up to 8K keys (kPersistentKeys), where every tile weighs the same.
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     const bool causal = s.mask == Mask::causal, short_seq = shape && shape->seqlen_q <= kShortSeq;
     const bool few_keys = shape && shape->seqlen_k <= kMidKeys;
     const int persistent = short_seq && causal && d <= 128 ? 1 : 0;
     if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent, 1}) : Tiling(kKnobs, {3, 112, 2, 0, 1});
-    if (d <= 128) return Tiling(kKnobs, {2, causal || short_seq || few_keys ? 128 : 176, 2, persistent, 1});
+    if (d <= 128) {
+      const bool wide = !(causal || short_seq || few_keys);
+      const bool short_walk = !causal && !short_seq && shape && shape->seqlen_k <= kPersistentKeys;
+      return Tiling(kKnobs, {2, wide ? 176 : 128, 2, short_walk ? 1 : persistent, 1});
+    }
     return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, 1});
   }
 
   std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out{default_tiling(arch, s, nullptr)};
-    for (std::int64_t seq : {kShortSeq, kMidKeys}) {
+    for (std::int64_t seq : {kShortSeq, kMidKeys, kPersistentKeys}) {
       const ProblemShape shape{1, seq, seq, 1, 1};
       if (Tiling t = default_tiling(arch, s, &shape); std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
     }
