@@ -26,12 +26,15 @@ def median_ms(fn, warmup, reps, calls=CALLS_PER_SAMPLE):
 
 
 def round_medians(fns, warmup, reps, rounds=3, calls=CALLS_PER_SAMPLE):
-    """Each function's median in each of `rounds` interleaved rounds (A B A B ...), so clock drift
-    between the candidates falls on all of them instead of favouring one."""
+    """Each function's median in each of `rounds` interleaved rounds, so clock drift between the
+    candidates falls on all of them instead of favouring one. Round r starts at candidate r (A B C,
+    B C A, C A B, ...): a power-capped clock carries over from one candidate to the next, and in a
+    fixed order the one after the lightest load always started with the clock's headroom."""
     per = [[] for _ in fns]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            per[i].append(median_ms(fn, warmup, reps, calls))
+    for r in range(rounds):
+        for j in range(len(fns)):
+            i = (r + j) % len(fns)
+            per[i].append(median_ms(fns[i], warmup, reps, calls))
     return per
 
 
