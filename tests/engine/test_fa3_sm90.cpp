@@ -99,13 +99,13 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   // Three consumers hold 160 registers each: O, S and P of D = 256 do not fit.
   CHECK(f->check_tiling(d256, tiling(3, 64, 2)).error().message().find("registers") != std::string::npos);
   CHECK(f->check_tiling(d256, tiling(2, 128, 2)).error().message().find("registers") != std::string::npos);
-  // D = 64 takes one consumer for short sequences (the 1K bucket and below), three otherwise; a
-  // warm-up compiles both.
+  // D = 64 takes one consumer for short sequences (the 1K bucket and below), three otherwise, in
+  // CTA pairs past 8K queries; a warm-up compiles all three.
   const ProblemShape short_seq{16, 1024, 1024, 32, 32}, long_seq{1, 1025, 1025, 32, 32};
   CHECK(f->default_tiling(sm90, d64, &short_seq)[0] == 1);
   CHECK(f->default_tiling(sm90, d64, &long_seq)[0] == 3);
   CHECK(f->default_tiling(sm90, d64, nullptr)[0] == 3);
-  CHECK(f->default_tilings(sm90, d64).size() == 2);
+  CHECK(f->default_tilings(sm90, d64).size() == 3);
   // Short causal sequences walk a persistent grid at D <= 128; D = 128 takes 128 keys there.
   const int persistent = f->knobs().index("persistent");
   Semantics d64_causal = d64;
@@ -114,9 +114,11 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   CHECK(f->default_tiling(sm90, d64_causal, &long_seq)[persistent] == 0);
   CHECK(f->default_tiling(sm90, d64, &short_seq)[persistent] == 0);
   CHECK(f->default_tiling(sm90, d256, &short_seq)[persistent] == 0);
-  CHECK(f->default_tilings(sm90, d256).size() == 1);
+  CHECK(f->default_tilings(sm90, d256).size() == 2);
   // D = 128 non-causal takes 128 keys up to the 4K bucket (176 would leave 4K a partial tile), 176
-  // beyond; up to the 8K bucket on a persistent grid (a warm-up compiles all four).
+  // beyond; up to the 8K bucket of keys on a persistent grid; past 8K queries in CTA pairs
+  // sharing each K/V load (a warm-up compiles all five, with 176 keys for 16K keys behind 4K
+  // queries).
   Semantics d128 = d64;
   d128.head_dim_qk = d128.head_dim_v = 128;
   const ProblemShape four_k{4, 4096, 4096, 16, 16}, eight_k{2, 4097, 4097, 16, 16}, sixteen_k{1, 8193, 8193, 16, 16};
@@ -128,7 +130,26 @@ TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budge
   CHECK(f->default_tiling(sm90, d128, &sixteen_k)[block_n] == 176);
   CHECK(f->default_tiling(sm90, d128, &sixteen_k)[persistent] == 0);
   CHECK(f->default_tiling(sm90, d128, nullptr)[block_n] == 176);
-  CHECK(f->default_tilings(sm90, d128).size() == 4);
+  CHECK(f->default_tilings(sm90, d128).size() == 5);
+  // Pairs only where every query block sees the same keys, and only past 8K queries (fewer
+  // blocks would pad an odd count with a whole one).
+  const int cluster = f->knobs().index("cluster");
+  CHECK(f->default_tiling(sm90, d128, &sixteen_k)[cluster] == 2);
+  CHECK(f->default_tiling(sm90, d128, nullptr)[cluster] == 2);
+  CHECK(f->default_tiling(sm90, d128, &eight_k)[cluster] == 1);
+  CHECK(f->default_tiling(sm90, d64, &sixteen_k)[cluster] == 2);
+  CHECK(f->default_tiling(sm90, d64, &long_seq)[cluster] == 1);
+  CHECK(f->default_tiling(sm90, d256, &sixteen_k)[cluster] == 2);
+  CHECK(f->default_tiling(sm90, d256, &four_k)[cluster] == 1);
+  const ProblemShape cross{1, 4096, 16384, 16, 16};
+  CHECK(f->default_tiling(sm90, d128, &cross)[cluster] == 1);
+  Semantics d128_causal = d128, d128_paged = d128;
+  d128_causal.mask = Mask::causal;
+  d128_paged.paged = true;
+  CHECK(f->default_tiling(sm90, d128_causal, &sixteen_k)[cluster] == 1);
+  CHECK(f->default_tiling(sm90, d128_paged, &sixteen_k)[cluster] == 1);
+  for (const Semantics& s : {d64, d128, d256, d128_causal, d128_paged})
+    for (const Tiling& t : f->default_tilings(sm90, s)) CHECK(f->check_tiling(s, t).ok());
   for (const Semantics& s : {d64, d256}) {
     CHECK(f->check_tiling(s, f->default_tiling(sm90, s, nullptr)).ok());
     const auto candidates = f->candidate_tilings(sm90, s);

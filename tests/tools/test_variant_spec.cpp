@@ -175,8 +175,8 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   auto every = plan_warmup(specs, archs, false);
   REQUIRE(every.ok());
   // Every family that serves it, per arch: fa2_sm80 and decode_sm80 on both, fa3_sm90 on sm_90a
-  // with its two default tilings at D = 64 (short and long sequences).
-  REQUIRE(every->size() == 2 * 2 + 2);
+  // with its three default tilings at D = 64 (short sequences, long ones, long ones in CTA pairs).
+  REQUIRE(every->size() == 2 * 2 + 3);
   specs[0].family = specs[1].family = "fa2_sm80";
   auto jobs = plan_warmup(specs, archs, false);
   REQUIRE(jobs.ok());

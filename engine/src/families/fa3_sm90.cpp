@@ -150,26 +150,39 @@ class Fa3Sm90 final : public KernelFamily {
   // persistent grid, whose CTAs' next tile loads under the last one's output (+2-7% at 1K; at
   // longer ones a static walk balances the diagonal worse than the hardware's block scheduler).
   // D = 128 non-causal walks one too up to 8K keys (kPersistentKeys), where every tile weighs the same.
+  // Past 8K queries, where every query block sees the same keys, CTA pairs share each K/V load
+  // (cluster 2): half the L2 reads is energy the 700 W cap gives back as clock (sustained on the
+  // H100: +1.6-2.0% at 16K for D = 64, 128 and 256; pairs lose to the persistent grid at 4K
+  // and match it at 8K; bench/results/fa3_sm90_eighth_h100_2026-11-23.md). Fewer query blocks
+  // would pad an odd count with a whole block (a pair's second CTA walks the keys for nothing).
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
     const bool causal = s.mask == Mask::causal, short_seq = shape && shape->seqlen_q <= kShortSeq;
     const bool few_keys = shape && shape->seqlen_k <= kMidKeys;
     const int persistent = short_seq && causal && d <= 128 ? 1 : 0;
-    if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent, 1}) : Tiling(kKnobs, {3, 112, 2, 0, 1});
+    const int pairs = shares_keys(s) && !(shape && shape->seqlen_q <= kPersistentKeys) ? 2 : 1;
+    if (d <= 64) return short_seq ? Tiling(kKnobs, {1, 128, 2, persistent, 1}) : Tiling(kKnobs, {3, 112, 2, 0, pairs});
     if (d <= 128) {
       const bool wide = !(causal || short_seq || few_keys);
       const bool short_walk = !causal && !short_seq && shape && shape->seqlen_k <= kPersistentKeys;
-      return Tiling(kKnobs, {2, wide ? 176 : 128, 2, short_walk ? 1 : persistent, 1});
+      if (short_walk) return Tiling(kKnobs, {2, wide ? 176 : 128, 2, 1, 1});
+      return Tiling(kKnobs, {2, wide ? 176 : 128, 2, persistent, persistent ? 1 : pairs});
     }
-    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, 1});
+    return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, pairs});
   }
 
+  // The rules above change past kShortSeq, kMidKeys and kPersistentKeys, for queries and keys
+  // apart: a length from each range they bound (its upper end, and one past the last), in every
+  // combination, meets every tiling they return.
   std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out{default_tiling(arch, s, nullptr)};
-    for (std::int64_t seq : {kShortSeq, kMidKeys, kPersistentKeys}) {
-      const ProblemShape shape{1, seq, seq, 1, 1};
-      if (Tiling t = default_tiling(arch, s, &shape); std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
-    }
+    const std::int64_t lengths[] = {kShortSeq, kMidKeys, kPersistentKeys, 2 * kPersistentKeys};
+    for (std::int64_t seq_q : lengths)
+      for (std::int64_t seq_k : lengths) {
+        const ProblemShape shape{1, seq_q, seq_k, 1, 1};
+        if (Tiling t = default_tiling(arch, s, &shape); std::find(out.begin(), out.end(), t) == out.end())
+          out.push_back(t);
+      }
     return out;
   }
 
