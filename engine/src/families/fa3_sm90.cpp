@@ -152,7 +152,7 @@ class Fa3Sm90 final : public KernelFamily {
   // D = 128 non-causal walks one too up to 8K keys (kPersistentKeys), where every tile weighs the same.
   // Past 8K queries, where every query block sees the same keys, CTA pairs share each K/V load
   // (cluster 2): half the L2 reads is energy the 700 W cap gives back as clock (sustained on the
-  // H100: +1.6-2.0% at 16K for D = 64, 128 and 256; pairs lose to the persistent grid at 4K
+  // H100: +1.5-2.0% at 16K for D = 64, 128 and 256; pairs lose to the persistent grid at 4K
   // and match it at 8K; bench/results/fa3_sm90_eighth_h100_2026-11-23.md). Fewer query blocks
   // would pad an odd count with a whole block (a pair's second CTA walks the keys for nothing).
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape* shape) const override {
@@ -166,7 +166,7 @@ class Fa3Sm90 final : public KernelFamily {
       const bool wide = !(causal || short_seq || few_keys);
       const bool short_walk = !causal && !short_seq && shape && shape->seqlen_k <= kPersistentKeys;
       if (short_walk) return Tiling(kKnobs, {2, wide ? 176 : 128, 2, 1, 1});
-      return Tiling(kKnobs, {2, wide ? 176 : 128, 2, persistent, persistent ? 1 : pairs});
+      return Tiling(kKnobs, {2, wide ? 176 : 128, 2, persistent, pairs});  // persistent: causal, so no pairs
     }
     return Tiling(kKnobs, {2, d <= 192 ? 112 : 80, 2, 0, pairs});
   }
