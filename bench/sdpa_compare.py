@@ -67,6 +67,18 @@ def sdpa_call(backend, qt, kt, vt, causal, group, name):
     return None
 
 
+def source_commit():
+    """The commit the results belong to: FLASHJIT_COMMIT, else the checkout's HEAD, else "unknown"."""
+    commit = os.environ.get("FLASHJIT_COMMIT")
+    if commit:
+        return commit
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                       stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown"
+
+
 def flops(b, h, s, d, dv, causal):
     f = 2.0 * b * h * s * s * (d + dv)  # Q.K^T over d, P.V over dv
     return f / 2 if causal else f
@@ -138,13 +150,7 @@ def main():
                     "%.1f" % r["sdpa_cudnn"] if r["sdpa_cudnn"] else "-",
                     "%.2f" % r["ratio_flash"] if r["ratio_flash"] else "-", r["rel_l2"], r["sm_clock_mhz"]), flush=True)
             del q, k, v, o
-    commit = os.environ.get("FLASHJIT_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], text=True,
-                                             stderr=subprocess.DEVNULL).strip()
-        except Exception:
-            commit = "unknown"
+    commit = source_commit()
     meta = {"device": dev, "date": datetime.date.today().isoformat(), "commit": commit, "torch": torch.__version__,
             "dtype": a.dtype, "rounds": a.rounds, "flashjit": fj_version(lib)}
     if a.json:

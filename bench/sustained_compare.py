@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import flashjit_ctypes as fj  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sdpa_compare import flops, sdpa_call  # noqa: E402
+from sdpa_compare import flops, sdpa_call, source_commit  # noqa: E402
 
 WARMUP = 10  # calls before each block: the first call of a block may compile or load
 
@@ -136,7 +136,7 @@ def main():
                       flush=True)
             del q, k, v, o
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("FLASHJIT_COMMIT", "unknown"), "torch": torch.__version__, "dtype": a.dtype,
+            "commit": source_commit(), "torch": torch.__version__, "dtype": a.dtype,
             "seconds": a.seconds, "blocks": a.blocks, "flashjit": lib.flashjit_version().decode()}
     if a.json:
         with open(a.json, "w") as out:
