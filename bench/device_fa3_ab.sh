@@ -5,7 +5,9 @@
 # Usage (on the device, repo root, .carry/build carried):
 #   SETTINGS="default;-DFJ_LAZY_RESCALE=0;tiling=g2n128s2p0c1" CELLS="d128:--dims 128 --seqs 16384 --causal no" \
 #   PASSES=4 bash bench/device_fa3_ab.sh
-# A setting is either NVRTC options ("default": none) or "tiling=<tiling>" (default options).
+# A setting is NVRTC options, "tiling=<tiling>", or both ("-DFJ_X=1 tiling=g2n144s2p0c2");
+# "default": neither. Sustained load (the power cap's clock): a cell's args may carry --warmup,
+# e.g. CELLS="d128:--dims 128 --seqs 16384 --causal no --warmup 600" REPS=700.
 set -u
 OUT=${OUT:-/tmp/flashjit-out}
 mkdir -p "$OUT"
@@ -22,11 +24,13 @@ for ((pass = 0; pass < passes; ++pass)); do
   for i in "${order[@]}"; do
     setting=${settings[$i]}
     opts="" tiling=""
-    case "$setting" in
-      default) ;;
-      tiling=*) tiling="--tilings ${setting#tiling=}" ;;
-      *) opts=$setting ;;
-    esac
+    for word in $setting; do
+      case "$word" in
+        default) ;;
+        tiling=*) tiling="--tilings ${word#tiling=}" ;;
+        *) opts="$opts $word" ;;
+      esac
+    done
     for cell in "${cells[@]}"; do
       label=${cell%%:*} args=${cell#*:}
       line=$(FLASHJIT_CACHE_DIR=/tmp/fj-ab-cache-$i FLASHJIT_NVRTC_OPTIONS="$opts" timeout 120 \
