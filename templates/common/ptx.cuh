@@ -10,6 +10,11 @@ FJ_DEVICE unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// Sixteen zero bytes at a 16-byte aligned shared-memory address.
+FJ_DEVICE void store_shared_zero16(void* p) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr(p)), "r"(0u) : "memory");
+}
+
 // The lane index as a volatile read: code using it stays where it is written (the compiler may
 // not hoist it out of a loop and keep what it derives live across the loop).
 FJ_DEVICE int lane_id() {

@@ -37,7 +37,7 @@ static_assert(kBlockN % kWgmmaK == 0, "BLOCK_N must be a multiple of 16 (P.V's K
 // once: every CTA loads 1/kCluster of the keys and TMA multicasts them to all. Only where every
 // CTA of a cluster sees the same key tiles (the host's tile rules enforce it).
 static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-static_assert(kCluster == 1 || (!kCausal && !kWindow && !kVarlen && !kPaged),
+static_assert(kCluster == 1 || (!kCausal && !kWindow && !kVarlen && !kKvLens && !kPaged),
               "a cluster's CTAs share every K/V tile: no per-block key ranges, no per-box page loads");
 static_assert(kBlockN / kCluster % 8 == 0, "each CTA's share of a tile starts on the swizzle's 8-row repeat");
 constexpr unsigned short kClusterMask = (1u << kCluster) - 1;
@@ -57,6 +57,11 @@ constexpr int kProducerRegs = fj_layout::kProducerRegs;
 static_assert(kCtasPerSm * kWgThreads * (kProducerRegs + kConsumers * kConsumerRegs) <= fj_layout::kRegisterFile,
               "the consumers' registers must fit the register file");
 
+// Whether a sequence's keys may end inside the K/V tensors, with whatever bits an unowned cache
+// slot holds after them (kv_lens, varlen, paged): TMA zero-fills only rows past the tensor, and a
+// masked P of 0 times a NaN or Inf in V is NaN, so the last tile's V rows past the keys are zeroed.
+constexpr bool kKeysEndInsideTensor = kVarlen || kKvLens || kPaged;
+
 // Whether a consumer's softmax runs under its own P.V_{j-1} (the intra-warpgroup overlap) with
 // the wait held back past it (sm90::wgmma_wait_after): measured +2-3% at D = 128, but with
 // three consumers (whose turns already hide each softmax) -1-5% at D = 64, and above D = 128
@@ -69,7 +74,7 @@ constexpr bool kSoftmaxUnderPV = kConsumers <= 2 && kDV <= 128;
 constexpr int kTurnBarrier = 1;
 constexpr int kTurnThreads = 2 * kWgThreads;
 // Named barriers kEpilogueBarrier + c: consumer c's warps between writing its output tile and
-// the TMA store that reads it.
+// the TMA store that reads it (consumer 0's also between zeroing a V tile's tail and its P.V).
 constexpr int kEpilogueBarrier = kTurnBarrier + kConsumers;
 static_assert(kEpilogueBarrier + kConsumers <= 16, "sm_90 has 16 named barriers");
 

@@ -15,8 +15,8 @@
 // Semantics: causal and sliding windows skip the key tiles no row of the CTA sees and mask the
 // tiles they cut; softcap and ALiBi transform every score; sinks join the final denominator;
 // varlen and kv_lens place and shorten each sequence (TMA boxes may reach into the neighbouring
-// sequence's rows: those keys are masked and those rows never stored); paged caches load each
-// tile box by box from the pages the block table names.
+// sequence's rows: those keys are masked, their V rows zeroed, and those query rows never
+// stored); paged caches load each tile box by box from the pages the block table names.
 //
 // A CTA walks one tile or, on a persistent grid, many (fa3_sm90/tile_walk.cuh): the barriers'
 // rounds then run on across tiles, Q's buffer is refilled once every consumer has issued its
@@ -261,6 +261,21 @@ FJ_DEVICE void pack_probabilities(const float (&s)[kBlockN / 2], unsigned (&pa)[
   }
 }
 
+// Zeroes rows [valid_rows, kBlockN) of a landed V tile (whole 128-byte rows of every atom, so the
+// swizzle does not matter), then makes the writes visible to wgmma's reads of shared memory and
+// waits for the warpgroup: wgmma is collective. Consumer 0 does it before its last P.V of a work
+// tile; every other consumer issues that P.V after its turn, which comes after consumer 0's.
+FJ_DEVICE void zero_v_tail(unsigned char* v_tile, int valid_rows) {
+  constexpr int kChunksPerRow = kAtomBytes / 16;
+  const int rows = kBlockN - valid_rows, chunks = rows * kChunksPerRow;
+  for (int i = int(threadIdx.x % kWgThreads); i < kLayout.atoms_v * chunks; i += kWgThreads) {
+    const int atom = i / chunks, r = valid_rows + i % chunks / kChunksPerRow, chunk = i % kChunksPerRow;
+    store_shared_zero16(v_tile + (atom * kBlockN + r) * kAtomBytes + chunk * 16);
+  }
+  fence_async_shared();
+  named_barrier_sync(kEpilogueBarrier, kWgThreads);
+}
+
 // A consumer's walk over one work tile's key tiles: prologue S_0 alone, then per tile S_j with
 // P_{j-1}.V_{j-1} behind it, then the last P.V. Each step is straight-line code: ptxas
 // serializes wgmmas whose retirement it cannot follow through branches, so the mbarrier waits
@@ -321,10 +336,18 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     // Every Q.K^T of the tile has retired: the producer may bring the next tile's Q.
     release(&bars.q_empty, lane);
     const int stage = ring.stage(n_tiles - 1);
+    unsigned char* v_tile = smem + kLayout.v_offset + stage * kLayout.v_bytes;
+    if constexpr (kKeysEndInsideTensor) {
+      const int valid_rows = rows.seq.len_k - (first_tile + n_tiles - 1) * kBlockN;
+      if (turns.c == 0 && valid_rows < kBlockN) {
+        mbarrier_wait(&bars.v_full[stage], ring.phase(n_tiles - 1));
+        zero_v_tail(v_tile, valid_rows);
+      }
+    }
     turns.take();
     mbarrier_wait(&bars.v_full[stage], ring.phase(n_tiles - 1));
     wgmma_fence();
-    issue_pv(o, pa, smem + kLayout.v_offset + stage * kLayout.v_bytes);
+    issue_pv(o, pa, v_tile);
     wgmma_commit();
     turns.pass(last);
     wgmma_wait<0>();

@@ -41,6 +41,9 @@ std::string CaseSpec::describe() const {
   if (alibi) s += alibi_per_batch ? " alibi/b" : " alibi";
   if (sinks) s += " sinks";
   if (softmax_scale) s += " scale" + std::to_string(*softmax_scale);
+  if (!kv_lens.empty()) s += " kv_lens";
+  if (paged()) s += " page" + std::to_string(page_size);
+  if (unowned_fill) s += " unowned=" + std::to_string(*unowned_fill);
   return s;
 }
 
@@ -101,6 +104,9 @@ float load(const void* base, std::int64_t idx, DType dt) {
 }
 
 constexpr std::int64_t kAlignElems = 128;  // keeps each region 256-byte aligned
+// Rows past a varlen batch's last sequence when unowned slots are filled: a tensor allocated for
+// more tokens than this call packs (odd, so no tile size divides it).
+constexpr std::int64_t kVarlenTailRows = 37;
 constexpr std::size_t kAlignBytes = 256;
 
 std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
@@ -141,8 +147,9 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
       c.cu_q_.push_back(c.cu_q_.back() + s.varlen_q[i]);
       c.cu_k_.push_back(c.cu_k_.back() + s.varlen_k[i]);
     }
-    c.tsq_ = c.cu_q_.back();
-    c.tsk_ = c.cu_k_.back();
+    const std::int64_t tail = s.unowned_fill ? kVarlenTailRows : 0;
+    c.tsq_ = c.cu_q_.back() + tail;
+    c.tsk_ = c.cu_k_.back() + tail;
   } else {
     c.tb_ = s.batch, c.tsq_ = s.seqlen_q, c.tsk_ = s.seqlen_k;
   }
@@ -170,6 +177,7 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
       c.max_pages_ = (most + s.page_size - 1) / s.page_size;
       c.table_stride_ = c.max_pages_ + 1;  // a padded row, so the stride is exercised
       const std::int64_t pages = s.sequences() * c.max_pages_ + kSparePages;
+      c.pool_pages_ = pages;
       std::vector<std::int32_t> perm(static_cast<std::size_t>(pages));
       for (std::int64_t i = 0; i < pages; ++i) perm[std::size_t(i)] = std::int32_t(i);
       std::shuffle(perm.begin(), perm.end(), std::mt19937_64(s.seed ^ 0x9a9e));
@@ -257,7 +265,15 @@ Result<AttentionCase> AttentionCase::create(const GpuContext& gpu, const CaseSpe
   std::vector<std::int32_t> lens(s.kv_lens.begin(), s.kv_lens.end());
   const std::size_t at_lens = append(lens.data(), lens.size() * 4);
   c.kv_lens_offset_ = at_lens;
-  const std::size_t at_table = append(c.table_.data(), c.table_.size() * 4);
+  std::vector<std::int32_t> table = c.table_;
+  if (s.unowned_fill) {
+    // Entries past the pages a sequence's used keys need are whatever the framework left there:
+    // out of range both ways here (the kernels clamp them; those keys are masked).
+    for (std::int64_t b = 0; s.paged() && b < n; ++b)
+      for (std::int64_t i = (c.used_keys(b) + s.page_size - 1) / s.page_size; i < c.max_pages_; ++i)
+        table[std::size_t(b * c.table_stride_ + i)] = i % 2 ? std::numeric_limits<std::int32_t>::max() : -1000000;
+  }
+  const std::size_t at_table = append(table.data(), table.size() * 4);
   const std::size_t at_alibi = append(c.alibi_.data(), c.alibi_.size() * 4), at_sinks = append(c.sinks_.data(), c.sinks_.size() * 4);
   auto extras = DeviceBuffer::allocate(gpu.driver(), side.size());
   if (!extras.ok()) return std::move(extras).error();
@@ -309,7 +325,7 @@ Status AttentionCase::fill_inputs(std::uint64_t seed) {
     // Random values across the whole pools first, then each sequence's keys into its pages.
     for (int t = 1; t <= 2; ++t) {
       const std::int64_t* p = place_[t];
-      const std::int64_t pages = args_.k.shape[0], D = t == 1 ? s.head_dim_qk : s.head_dim_v;
+      const std::int64_t pages = pool_pages_, D = t == 1 ? s.head_dim_qk : s.head_dim_v;
       for (std::int64_t i = 0; i < pages * p[0]; ++i) store(staging.data(), p[4] + i, quantize(normal(rng), dt), dt);
       std::vector<float>& dst = t == 1 ? k_ : v_;
       dst.assign(std::size_t(tb_ * tsk_ * s.heads_kv * D), 0.f);
@@ -328,7 +344,42 @@ Status AttentionCase::fill_inputs(std::uint64_t seed) {
     }
   }
   (void)es;
+  if (s.unowned_fill) fill_unowned(staging);
   return qkv_.upload(staging.data(), staging.size());
+}
+
+void AttentionCase::fill_unowned(std::vector<unsigned char>& staging) const {
+  const CaseSpec& s = spec_;
+  // Which rows of each tensor some sequence owns: rows [tb_ * rows_per_batch) of q / of k and v
+  // (batch-major; with paged, pool slots page-major).
+  const std::int64_t k_rows = s.paged() ? pool_pages_ * s.page_size : tb_ * tsk_;
+  std::vector<char> q_owned(std::size_t(tb_ * tsq_), 0), k_owned(std::size_t(k_rows), 0);
+  for (std::int64_t b = 0; b < s.sequences(); ++b) {
+    const std::int64_t qb = s.varlen() ? cu_q_[std::size_t(b)] : b * tsq_;
+    const std::int64_t len_q = s.varlen() ? s.varlen_q[std::size_t(b)] : s.seqlen_q;
+    std::fill_n(q_owned.begin() + qb, len_q, 1);
+    for (std::int64_t j = 0; j < used_keys(b); ++j) {
+      const std::int64_t row = s.paged() ? table_[std::size_t(b * table_stride_ + j / s.page_size)] * s.page_size + j % s.page_size
+                                         : (s.varlen() ? cu_k_[std::size_t(b)] : b * tsk_) + j;
+      k_owned[std::size_t(row)] = 1;
+    }
+  }
+  // Row `row` of tensor t (0 q, 1 k, 2 v) holds x in every head and column.
+  auto fill_row = [&](int t, std::int64_t row, std::int64_t rows_per_batch, std::int64_t H, std::int64_t D) {
+    const std::int64_t* p = place_[t];
+    const std::int64_t b = row / rows_per_batch, r = row % rows_per_batch;
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t d = 0; d < D; ++d)
+        store(staging.data(), p[4] + b * p[0] + r * p[1] + h * p[2] + d * p[3], *s.unowned_fill, s.dtype);
+  };
+  for (std::int64_t row = 0; row < std::int64_t(q_owned.size()); ++row)
+    if (!q_owned[std::size_t(row)]) fill_row(0, row, tsq_, s.heads_q, s.head_dim_qk);
+  const std::int64_t k_rows_per_batch = s.paged() ? s.page_size : tsk_;
+  for (std::int64_t row = 0; row < k_rows; ++row) {
+    if (k_owned[std::size_t(row)]) continue;
+    fill_row(1, row, k_rows_per_batch, s.heads_kv, s.head_dim_qk);
+    fill_row(2, row, k_rows_per_batch, s.heads_kv, s.head_dim_v);
+  }
 }
 
 std::int64_t AttentionCase::key_capacity(std::int64_t b) const {

@@ -47,6 +47,11 @@ struct CaseSpec {
   // > 0: k and v live in page pools of this many keys a page, reached through a shuffled block
   // table (needs kv_lens; layout bshd).
   std::int64_t page_size = 0;
+  // Set: every K/V slot no sequence owns holds this value (NaN, Inf, ...), as a serving
+  // framework's uninitialized cache does: slots past kv_lens, a last page's spare slots, pages no
+  // table row uses, block-table entries past a sequence's pages (out of range), and with varlen
+  // rows past the last sequence in every tensor.
+  std::optional<float> unowned_fill;
 
   bool varlen() const { return !varlen_q.empty(); }
   bool paged() const { return page_size > 0; }
@@ -85,6 +90,8 @@ class AttentionCase {
 
  private:
   Status fill_inputs(std::uint64_t seed);
+  // Writes spec_.unowned_fill into every K/V slot of `staging` no sequence owns.
+  void fill_unowned(std::vector<unsigned char>& staging) const;
   // Keys sequence b's cache holds, and how many of them it uses (kv_lens, clamped).
   std::int64_t key_capacity(std::int64_t b) const;
   std::int64_t used_keys(std::int64_t b) const;
@@ -97,7 +104,7 @@ class AttentionCase {
   std::vector<float> alibi_, sinks_;
   std::vector<std::int64_t> cu_q_, cu_k_;  // varlen prefix sums
   std::vector<std::int32_t> table_;        // paged: block table [sequences, table_stride_]
-  std::int64_t table_stride_ = 0, max_pages_ = 0;
+  std::int64_t table_stride_ = 0, max_pages_ = 0, pool_pages_ = 0;
   std::size_t kv_lens_offset_ = 0;  // where kv_lens sit in extras_
   std::int64_t tb_ = 0, tsq_ = 0, tsk_ = 0;  // the tensors' batch and seq dims
   std::int64_t place_[4][5] = {};  // per q, k, v, o: strides[4], offset in elements
