@@ -15,7 +15,7 @@ std::vector<std::string> compile_options(const Arch& arch) {
   std::vector<std::string> o{"--gpu-architecture=" + arch.name(), "--std=c++17", "-DNDEBUG",
                              // Kernels are self-contained; NVRTC must not look for headers on this machine.
                              "--no-source-include"};
-  // Developer experiments (e.g. -DFJ_LAZY_RESCALE=0); options are part of every cache key.
+  // Developer experiments (e.g. -DFJ_LAZY_RESCALE=1); options are part of every cache key.
   if (const char* extra = std::getenv("FLASHJIT_NVRTC_OPTIONS")) {
     std::istringstream words(extra);
     for (std::string w; words >> w;) o.push_back(w);

@@ -6,11 +6,13 @@
 #include "common/ptx.cuh"
 
 // Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
-// FJ_LAZY_RESCALE=0 moves the max on every increase, as FA2 does. Measured on the H100,
-// default tilings, fp16: lazy is 1-5% faster at D=64 and D=128 except D=128 S=16384
-// non-causal (346 vs 358 TFLOP/s); see bench/NOTES.md.
+// FJ_LAZY_RESCALE=1 moves the max only when a tile's max exceeds it by more than 2^8, which
+// skips most O rescales (fa2_sm80: 1-5% faster on the H100) but leaves a row's largest
+// probability at 2^d for some d in (0, 8] instead of exactly 1, and its 16-bit rounding is then
+// the largest single error of a peaked row: 1.2-1.26x cuDNN's error at score std 3 and 8
+// (issue 21; bench/NOTES.md). Off by default: the max moves on every increase, as FA2 does.
 #ifndef FJ_LAZY_RESCALE
-#define FJ_LAZY_RESCALE 1
+#define FJ_LAZY_RESCALE 0
 #endif
 
 namespace fj {
@@ -31,12 +33,11 @@ struct OnlineSoftmax {
   }
 
   // Turns scores into probabilities relative to the running max and rescales what o and row_sum
-  // hold so far. The max is only moved when a tile's max exceeds it by more than
-  // kRescaleThreshold (log2 units): probabilities may then reach 2^8, which fp32 sums and
-  // 16-bit P hold as precisely as values below 1, and the O rescale (one multiply per output
-  // element) is skipped for nearly every tile. Exact either way: the final division and the LSE
-  // use the same max. A row that has seen only masked keys keeps max = -inf; its probabilities
-  // are exp2(-inf) = 0 and it never produces NaN.
+  // hold so far. The max moves when a tile's max exceeds it by more than kRescaleThreshold (log2
+  // units; 0 unless FJ_LAZY_RESCALE), so a row's largest probability is exactly 1 and the 16-bit
+  // P fed to P.V rounds only the smaller ones. The O rescale (one multiply per output element)
+  // runs only for warps where some row's max moved. A row that has seen only masked keys keeps
+  // max = -inf; its probabilities are exp2(-inf) = 0 and it never produces NaN.
   FJ_DEVICE void update(float (&s)[kMTiles][kNTilesS][4], float (&o)[kMTiles][kNTilesO][4],
                         float scale_log2) {
     float alpha[kMTiles][2];
