@@ -56,10 +56,11 @@ class ArgsV2(ctypes.Structure):
                 ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
                 ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
                 ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
-                ("paged", ctypes.POINTER(PagedKv))]
+                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
-ABI_VERSION = 2
+ABI_VERSION = 3
+CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
 
 
@@ -128,7 +129,7 @@ def make_args(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False):
 
 
 def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varlen=None, window=None,
-                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None):
+                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None, check=False):
     """Version 2 arguments.
 
     varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
@@ -140,6 +141,9 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
     kv_lens:      int32 device tensor [B]: keys each sequence uses of its cache (cache_seqlens)
     block_table:  int32 device tensor [B, max_pages]: k and v are then page pools
                   [num_pages, page_size, Hkv, D] (needs kv_lens)
+    check:        checked mode: the library reads back cu_seqlens, kv_lens and the block table and
+                  raises on a bad entry (naming the array and index) instead of clamping it on the
+                  device; costs one synchronization (FLASHJIT_CHECK=1 turns it on for every call)
     """
     a = ArgsV2()
     a.struct_size = ctypes.sizeof(ArgsV2)
@@ -170,6 +174,8 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
     if block_table is not None:
         keep.append(PagedKv(block_table.data_ptr(), block_table.stride(0), block_table.shape[1]))
         a.paged = ctypes.pointer(keep[-1])
+    if check:
+        a.flags |= CHECK_METADATA
     a._keep = keep  # the structs the pointers above point at live as long as the args
     return a
 

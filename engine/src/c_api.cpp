@@ -131,6 +131,10 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
   out.sinks = a.sinks;
   out.kv_lens = a.kv_lens;
   if (a.paged) out.paged = PagedKv{a.paged->block_table, a.paged->table_stride, a.paged->max_pages};
+  if (a.flags & ~FLASHJIT_CHECK_METADATA)
+    return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));
+  if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
+  out.check_metadata = (a.flags & FLASHJIT_CHECK_METADATA) != 0;
   return out;
 }
 

@@ -26,7 +26,7 @@ namespace flashjit {
   X(cuModuleUnload, 2000) X(cuModuleGetFunction, 2000) X(cuFuncGetAttribute, 2020)              \
   X(cuFuncSetAttribute, 9000) X(cuLaunchKernel, 4000) X(cuLaunchKernelEx, 11060)                \
   X(cuStreamIsCapturing, 10000) X(cuMemAlloc, 3020) X(cuMemFree, 3020)    \
-  X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemsetD8, 3020) X(cuMemsetD32, 3020) X(cuMemsetD8Async, 3020)          \
+  X(cuMemcpyHtoD, 3020) X(cuMemcpyDtoH, 3020) X(cuMemcpyDtoHAsync, 3020) X(cuMemsetD8, 3020) X(cuMemsetD32, 3020) X(cuMemsetD8Async, 3020)          \
   X(cuMemGetInfo, 3020) X(cuEventCreate, 2000) X(cuEventRecord, 2000)                           \
   X(cuEventSynchronize, 2000) X(cuEventElapsedTime, 2000) X(cuEventDestroy, 4000)               \
   X(cuGetErrorName, 6000) X(cuGetErrorString, 6000) X(cuPointerGetAttribute, 4000)                \

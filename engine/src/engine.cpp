@@ -18,6 +18,7 @@
 #include "device_context.hpp"
 #include "kernel_loader.hpp"
 #include "nvrtc_library.hpp"
+#include "metadata_check.hpp"
 #include "problem.hpp"
 #include "template_store.hpp"
 #include "tuning_session.hpp"
@@ -182,6 +183,7 @@ class Engine::Impl {
     auto info_r = contexts_.info(drv, ctx);
     if (!info_r.ok()) return std::move(info_r).error();
     const DeviceContextInfo& info = *info_r.value();
+    if (args.check_metadata || *options_.check_metadata) FJ_TRY(check_device_metadata(drv, problem, stream));
 
     if (tiling) {  // explicit tiling: benchmarks and tuning tools
       const KernelFamily* family = tiling->table ? find_family(tiling->table->family) : nullptr;
@@ -298,6 +300,10 @@ class Engine::Impl {
         o.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
     }
     if (const char* d = std::getenv("FLASHJIT_DISK_CACHE"); d && std::string(d) == "0") o.disk_cache = false;
+    if (!o.check_metadata) {
+      const char* c = std::getenv("FLASHJIT_CHECK");
+      o.check_metadata = c && std::string(c) == "1";
+    }
     return o;
   }
 

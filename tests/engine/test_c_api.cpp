@@ -1,4 +1,5 @@
 // The C ABI: status codes, the thread-local message, and argument conversion (no GPU needed).
+#include <cstddef>
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
@@ -138,6 +139,28 @@ TEST_CASE("C ABI v2: the struct's size and version are checked, unknown trailing
   newer.future_field = 5;
   CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_UNSUPPORTED);
   CHECK(has(flashjit_last_error(), "does not know"));
+
+  // A caller built against ABI version 2's header: its struct ends before flags.
+  newer.future_field = 0;
+  newer.known.struct_size = offsetof(flashjit_attention_args_v2, flags);
+  newer.known.abi_version = 2;
+  CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_OK);
+  flashjit_engine_destroy(e);
+}
+
+TEST_CASE("C ABI v2 flags: the checked mode bit is taken, unknown bits and reserved are refused") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  flashjit_attention_args_v2 a = args_v2();
+  a.flags = 1u << 7;
+  CHECK(flashjit_forward_v2(e, &a, nullptr) == FLASHJIT_UNSUPPORTED);
+  CHECK(has(flashjit_last_error(), "args.flags sets bits this flashjit does not know: 128"));
+  a.flags = FLASHJIT_CHECK_METADATA;
+  a.reserved = 1;
+  CHECK(has(v2_error(e, a), "args.reserved must be 0"));
+  a.reserved = 0;  // checked mode validates on the host first like any call
+  a.softmax_scale = -1.f;
+  CHECK(has(v2_error(e, a), "softmax_scale must be finite and > 0"));
   flashjit_engine_destroy(e);
 }
 

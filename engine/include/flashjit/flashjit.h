@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-/* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible). */
-#define FLASHJIT_ABI_VERSION 2
+/* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible).
+ * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA). */
+#define FLASHJIT_ABI_VERSION 3
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -91,6 +92,13 @@ typedef struct flashjit_paged_kv {
   int64_t max_pages;          /* pages a sequence may use */
 } flashjit_paged_kv;
 
+/* flashjit_attention_args_v2.flags bits. */
+/* Checked mode: read back varlen prefix sums, kv_lens and the block table and refuse bad entries
+ * (FLASHJIT_INVALID_ARGUMENT naming the array, the index and the rule) before launching. Costs one
+ * synchronization of the stream; refused during a CUDA graph capture. Without it (and without
+ * FLASHJIT_CHECK=1) bad entries are clamped on the device, sync-free. */
+#define FLASHJIT_CHECK_METADATA 1u
+
 /* Starts with its own size, so fields can be appended without breaking callers built against
  * an older header: set struct_size = sizeof(flashjit_attention_args_v2) and abi_version =
  * FLASHJIT_ABI_VERSION, and zero everything you do not use (NULL and 0 mean "none" or
@@ -113,6 +121,8 @@ typedef struct flashjit_attention_args_v2 {
   const int32_t* kv_lens;         /* NULL: every sequence uses all its keys; else device int32
                                      [batch]: keys each sequence uses (cache_seqlens) */
   const flashjit_paged_kv* paged; /* NULL: contiguous caches */
+  uint32_t flags;                 /* FLASHJIT_CHECK_METADATA, or 0 (ABI version 3) */
+  uint32_t reserved;              /* must be 0 */
 } flashjit_attention_args_v2;
 
 /* sizeof(flashjit_attention_args) as compiled into the library, for bindings to check. */

@@ -96,6 +96,12 @@ struct AttentionArgs {
   // masks and windows align to each sequence's own length. Values past the cache are clamped.
   const std::int32_t* kv_lens = nullptr;
   std::optional<PagedKv> paged;        // K and V in page pools (with kv_lens)
+  // Checked mode for this call (or every call: EngineOptions::check_metadata, FLASHJIT_CHECK=1):
+  // varlen prefix sums, kv_lens and block-table entries are read back and checked before the
+  // launch, and a bad entry is an INVALID_ARGUMENT naming the array, the index and the rule.
+  // Costs one synchronization of the stream (not allowed while capturing a graph). Off: bad
+  // entries are clamped on the device, sync-free (memory-safe, but silent).
+  bool check_metadata = false;
 };
 
 // How the engine picks a tiling for a problem it has not seen (FLASHJIT_TUNE overrides the default):
@@ -114,6 +120,8 @@ struct EngineOptions {
   std::optional<std::string> cache_dir;
   // Unset: FLASHJIT_TUNE (off | offline | first-use), else offline.
   std::optional<TuneMode> tune_mode;
+  // Every call in checked mode (see AttentionArgs::check_metadata). Unset: FLASHJIT_CHECK=1 turns it on.
+  std::optional<bool> check_metadata;
 };
 
 // One offline tuning job: a result-changing variant and a shape; shapes in the same bucket
