@@ -37,7 +37,7 @@ static_assert(kBlockN % kWgmmaK == 0, "BLOCK_N must be a multiple of 16 (P.V's K
 // once: every CTA loads 1/kCluster of the keys and TMA multicasts them to all. Only where every
 // CTA of a cluster sees the same key tiles (the host's tile rules enforce it).
 static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-static_assert(kCluster == 1 || (!kCausal && !kWindow && !kVarlen && !kKvLens && !kPaged),
+static_assert(kCluster == 1 || (!kCausal && !kWindow && !kVarlen && !kPaged),
               "a cluster's CTAs share every K/V tile: no per-block key ranges, no per-box page loads");
 static_assert(kBlockN / kCluster % 8 == 0, "each CTA's share of a tile starts on the swizzle's 8-row repeat");
 constexpr unsigned short kClusterMask = (1u << kCluster) - 1;
