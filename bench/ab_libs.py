@@ -58,6 +58,8 @@ def main():
     ap.add_argument("--peers-script", default=".carry/vs_peers.py")
     ap.add_argument("--what", default="prefill,decode")
     ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--D", default="64,128,256", help="prefill head dims")
+    ap.add_argument("--S", default="1024,4096,16384", help="prefill sequence lengths")
     ap.add_argument("--opt-options", default="", help="FLASHJIT_NVRTC_OPTIONS of the flashjit-opt peer")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ms", type=float, default=100.0)
@@ -88,8 +90,8 @@ def main():
     def prefill():
         for dt in a.dtypes.split(","):
             dtype = {"bf16": T.bfloat16, "fp16": T.float16}[dt]
-            for D in (64, 128, 256):
-                for S in (1024, 4096, 16384):
+            for D in (int(x) for x in a.D.split(",")):
+                for S in (int(x) for x in a.S.split(",")):
                     for causal in (False, True):
                         B, H = max(1, 16384 // S), 2048 // D
                         g = T.Generator(device="cuda").manual_seed(1234 + S + D + H)

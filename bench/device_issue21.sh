@@ -21,7 +21,7 @@ for step in "${steps[@]}"; do
         --json "$OUT/peaked_error.json" 2>&1 | tee "$OUT/peaked_error.log" | tail -8 ;;
     ab)
       timeout ${AB_TIMEOUT:-330} python3 bench/ab_libs.py --lib build/libflashjit.so --base-lib .carry/base/libflashjit.so \
-        --peers-script .carry/vs_peers.py --what ${AB_WHAT:-prefill,decode} ${AB_OPT:+"--opt-options=$AB_OPT"} \
+        --peers-script .carry/vs_peers.py --what ${AB_WHAT:-prefill,decode} ${AB_D:+--D $AB_D} ${AB_DTYPES:+--dtypes $AB_DTYPES} ${AB_OPT:+"--opt-options=$AB_OPT"} \
         --out "$OUT" 2>&1 | tee "$OUT/ab.log" | grep -E "over|geomean" ;;
   esac
 done

@@ -4,6 +4,8 @@
 // with Sq != Sk (rows that see no key included), GQA, the LSE, and every engine v2 semantic,
 // each on both grids (one CTA per tile, persistent); CTAs walking many tiles; and every candidate
 // tiling of two variants.
+#include <limits>
+
 #include "gpu_fixture.hpp"
 #include "kernel_family.hpp"
 
@@ -208,6 +210,7 @@ TEST_CASE("fa3_sm90: a persistent grid's CTAs walk many tiles of every semantic"
   rich.softcap = 20.f;
   rich.alibi = true;
   rich.sinks = true;
+  rich.unowned_fill = std::numeric_limits<float>::quiet_NaN();
   cases.push_back(rich);
   CaseSpec paged = fa3_case(DType::f16, 128, Mask::none, 400, 1024, ++seed);
   paged.heads_q = 64;
@@ -255,7 +258,9 @@ TEST_CASE("fa3_sm90: every candidate tiling of two variants gives the reference"
 // SANITIZE=1), each on both grids and, where not causal, in CTA pairs: each default tiling
 // shape (three and two consumers, BLOCK_N 80-128), a padded head dim, Dqk != Dv, every semantic
 // at once with ragged sequences, a paged cache, a case whose persistent CTAs walk two tiles,
-// and pairs over an odd count of query blocks (the last pair's second CTA pads).
+// and pairs over an odd count of query blocks (the last pair's second CTA pads). The varlen,
+// paged and kv_lens cases hold NaN in every K/V slot no sequence owns, so the sanitizers also
+// see the last tile's V tail zeroed (in CTA pairs too, for kv_lens).
 TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   if (!on_sm90()) return;
   std::vector<CaseSpec> cases;
@@ -277,7 +282,12 @@ TEST_CASE("fa3_sm90: a small matrix of variants for compute-sanitizer") {
   CaseSpec paged = fa3_case(DType::bf16, 128, Mask::causal, 100, 300, ++seed);
   paged.page_size = 32;
   paged.kv_lens = {300, 77};
+  paged.unowned_fill = std::numeric_limits<float>::quiet_NaN();
   cases.push_back(paged);
+  CaseSpec lens = fa3_case(DType::f16, 128, Mask::none, 300, 400, ++seed);
+  lens.kv_lens = {333, 17};
+  lens.unowned_fill = std::numeric_limits<float>::quiet_NaN();
+  cases.push_back(lens);
   // 256 tiles: on a persistent grid (132 CTAs on an H100) most CTAs walk two, so the sanitizers
   // see Q refilled and the output tile rewritten after a store.
   CaseSpec walk = fa3_case(DType::bf16, 128, Mask::causal, 512, 512, ++seed);
