@@ -78,6 +78,18 @@ Result<std::optional<PrivateDir>> open_root_if_any(const DiskCache::State& s) {
   return std::move(root).error();
 }
 
+// prune and clear wait for the maintenance lock as a store does, but going on without it would
+// race the holder's own removals: when the wait runs out they fail, naming the holder.
+Result<FileLock> maintenance_lock_or_fail(DiskCache::State& s, const PrivateDir& root, const std::string& what) {
+  auto lock = take_maintenance_lock(s, root, "giving up");
+  if (!lock) return std::move(lock).error();
+  if (lock->lock) return std::move(*lock->lock);
+  return Error(Code::io_error, what + " gave up, nothing removed: " + lock->ran_out +
+                                   "; its holder is another prune or clear, or a store evicting down to the size "
+                                   "cap (a stopped one, as under Ctrl-Z, keeps it until it is resumed or ended)")
+      .with("path", root.path_of(kMaintenanceLockName));
+}
+
 }  // namespace
 
 Result<ScanResult> scan_files(const PrivateDir& root, const std::optional<std::string>& arch) {
@@ -227,7 +239,7 @@ Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
   if (!root) return std::move(root).error();
   PruneReport out;
   if (!*root) return out;
-  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
+  auto lock = maintenance_lock_or_fail(*s_, **root, "cache prune");
   if (!lock) return std::move(lock).error();
   auto evicted = evict_lru(*s_, **root, max_bytes, /*protect_path=*/"");
   if (!evicted) return std::move(evicted).error();
@@ -249,7 +261,7 @@ Result<ClearReport> DiskCache::clear(const std::optional<std::string>& arch) {
   if (!root) return std::move(root).error();
   ClearReport out;
   if (!*root) return out;
-  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
+  auto lock = maintenance_lock_or_fail(*s_, **root, "cache clear");
   if (!lock) return std::move(lock).error();
   auto found = scan_files(**root, arch);
   if (!found) return std::move(found).error();

@@ -3,12 +3,18 @@
 // cache that each test copies into its own fresh folder.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <thread>
 
 #include "base/content_hash.hpp"
+#include "cache/disk_cache_state.hpp"
+#include "cache/file_lock.hpp"
 
 #include "cli_test_util.hpp"
 
@@ -114,6 +120,37 @@ TEST_CASE("prune with a small cap evicts the least recently used entries") {
   REQUIRE(tiny.code == 0);
   CHECK(contains(tiny.out, "evicted 1 "));
   CHECK(listed_names(cache).empty());
+}
+
+TEST_CASE("prune says who holds the maintenance lock while it waits (issue 21 G2)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  REQUIRE(run_flashjit({"cache", "stats", "--cache-dir", cache}).code == 0);  // creates the root
+  flashjit::test_support::ChildToKill holder;  // `cache prune` under Ctrl-Z
+  REQUIRE(holder.pipe_ok());
+  holder.start([&]() -> int {
+    auto root = flashjit::cache::PrivateDir::open_root(cache, /*create=*/false);
+    if (!root.ok()) ::_exit(3);
+    auto lock = flashjit::cache::FileLock::acquire(*root, flashjit::cache::kMaintenanceLockName);
+    if (!lock.ok()) ::_exit(4);
+    holder.tell_parent();
+    ::raise(SIGSTOP);
+    ::_exit(0);
+  });
+  REQUIRE(holder.reached());
+  auto pruned = std::async(std::launch::async,
+                           [&] { return run_flashjit({"cache", "prune", "--max-bytes", "1G", "--cache-dir", cache}); });
+  // The wait lasts minutes; once the first notice is due, the holder is ended and prune goes on.
+  std::this_thread::sleep_for(flashjit::cache::kLockWaitNoticeAfter + std::chrono::milliseconds(1500));
+  const std::string pid = std::to_string(holder.pid());
+  holder.kill();
+  auto r = pruned.get();
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "flashjit cache prune: lock wait: waited"));
+  CHECK(contains(r.err, "held by pid " + pid));
+  CHECK(contains(r.err, "stopped"));
+  CHECK(contains(r.err, cache + "/.maintenance.lock"));
 }
 
 TEST_CASE("clear --arch only touches that arch; stats reports per arch") {

@@ -23,7 +23,7 @@ struct BundleOptions {
 int export_cmd(Context& ctx, const BundleOptions& o) {
   auto arch = arch_filter(o.arch);
   if (!arch.ok()) return usage_error(ctx, "cache export", arch.error().message());
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache export");
   if (!disk.ok()) return failure(ctx, "cache export", "", disk.error());
   auto report = cache::export_bundle(disk.value(), o.file, arch.value());
   if (!report.ok()) return failure(ctx, "cache export", printable(o.file), report.error());
@@ -46,7 +46,7 @@ int export_cmd(Context& ctx, const BundleOptions& o) {
 }
 
 int import_cmd(Context& ctx, const BundleOptions& o) {
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache import");
   if (!disk.ok()) return failure(ctx, "cache import", "", disk.error());
   cache::ImportOptions io;
   io.replace_existing = o.replace;
