@@ -192,6 +192,29 @@ TEST_CASE("import refuses a FIFO or a folder as the bundle, without blocking") {
   CHECK(listed_names(cache).empty());
 }
 
+TEST_CASE("export refuses a FIFO, or a symlink to one, as FILE; nothing is written (issue 21 G3)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  REQUIRE(::mkfifo((dir / "pipe.fjb").c_str(), 0600) == 0);
+  REQUIRE(::symlink((dir / "pipe.fjb").c_str(), (dir / "link.fjb").c_str()) == 0);
+  for (const std::string& file : {dir / "pipe.fjb", dir / "link.fjb"}) {
+    auto r = run_flashjit({"cache", "export", file, "--cache-dir", cache});
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "'" + file + "'"));
+    CHECK(contains(r.err, "not a regular file (a FIFO)"));
+    CHECK(contains(r.err, "nothing written"));
+    CHECK(r.out.empty());
+  }
+  struct stat st{};
+  REQUIRE(::lstat((dir / "pipe.fjb").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(::lstat((dir / "link.fjb").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(files_with_ext(dir.path(), ".fjb").empty());  // no regular file written in their place
+}
+
 TEST_CASE("import counts what it wrote: a file-name collision is reported and exits 1") {
   TempDir dir;
   const std::string cache = dir / "cache";

@@ -86,7 +86,7 @@ void add_cache_bundle_commands(CLI::App& cache, Context& ctx) {
   {
     auto o = std::make_shared<BundleOptions>();
     CLI::App* sub = cache.add_subcommand("export", "Write the verified entries (all, or one arch's) to a bundle file");
-    sub->add_option("FILE", o->file, "Bundle to write (replaced atomically)")->required()->type_name("FILE");
+    sub->add_option("FILE", o->file, "Bundle to write: a new file, or a regular file replaced atomically")->required()->type_name("FILE");
     sub->add_option("--arch", o->arch, "Only this arch's entries (e.g. sm_90a)")->type_name("ARCH");
     sub->add_flag("--json", o->json, "Machine-readable output on stdout");
     add_cache_dir_option(sub, o->cache_dir);
