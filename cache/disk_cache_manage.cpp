@@ -11,6 +11,7 @@
 #include "cache/disk_cache_state.hpp"
 #include "cache/entry_file.hpp"
 #include "cache/file_lock.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::cache {
 
@@ -37,10 +38,11 @@ Result<EntryKey> key_from_header(const ScannedEntry& e, const std::string& store
   auto claimed = key_from_file_name(e);
   auto stored = parse_entry_identity(stored_identity);
   if (!stored)
-    return Error(Code::corrupt, "stored key '" + stored_identity + "' is malformed").with("reason", "malformed key");
+    return Error(Code::corrupt, "stored key '" + printable(stored_identity) + "' is malformed")
+        .with("reason", "malformed key");
   if (stored->arch != claimed.arch || stored->name != claimed.name ||
       stored->content_hash.compare(0, kFileHashDigits, claimed.content_hash) != 0)
-    return Error(Code::corrupt, "stored key '" + stored_identity + "' does not match the file's place")
+    return Error(Code::corrupt, "stored key '" + printable(stored_identity) + "' does not match the file's place")
         .with("reason", "key does not match file name");
   return std::move(stored).value();
 }
