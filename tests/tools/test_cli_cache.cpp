@@ -215,6 +215,22 @@ TEST_CASE("export refuses a FIFO, or a symlink to one, as FILE; nothing is writt
   CHECK(files_with_ext(dir.path(), ".fjb").empty());  // no regular file written in their place
 }
 
+TEST_CASE("a 100,000-character --cache-dir is cut where it is echoed (issue 21 G10)") {
+  TempDir dir;
+  const std::string huge = dir / std::string(100000, 'd');
+  const std::vector<std::vector<std::string>> commands = {
+      {"cache", "stats"}, {"cache", "prune", "--max-bytes", "1G"}, {"warmup", "--arch", "sm_80", "--head-dim", "64"}};
+  for (auto args : commands) {
+    args.insert(args.end(), {"--cache-dir", huge});
+    auto r = run_flashjit(args);
+    INFO(args[0] << " " << args[1] << ": " << r.err.substr(0, 600));
+    CHECK(r.code == 1);
+    CHECK(r.err.size() < 1500);
+    CHECK(contains(r.err, dir / "ddd"));
+    CHECK(contains(r.err, "(" + std::to_string(huge.size()) + " bytes)"));
+  }
+}
+
 TEST_CASE("import counts what it wrote: a file-name collision is reported and exits 1") {
   TempDir dir;
   const std::string cache = dir / "cache";
