@@ -62,10 +62,27 @@ struct BundleRecord {
   std::string_view payload;
 };
 
-Error rejected(Code code, const std::string& path, const std::string& reason) {
-  return Error(code, "bundle '" + printable(path) + "' rejected, nothing imported: " + reason)
+// "bundle '<path>' <outcome>: <reason>", with the path and the reason as details.
+Error bundle_error(Code code, const std::string& path, const std::string& outcome, const std::string& reason) {
+  return Error(code, "bundle '" + printable(path) + "' " + outcome + ": " + reason)
       .with("path", printable(path))
       .with("reason", reason);
+}
+
+Error rejected(Code code, const std::string& path, const std::string& reason) {
+  return bundle_error(code, path, "rejected, nothing imported", reason);
+}
+
+// Export publishes by renaming over `path`: over a FIFO or a device node that replaces the node
+// itself (run as root on /dev/null, it replaced /dev/null). So, as import reads, export replaces
+// regular files only; a symlink counts as what it points to.
+Status check_export_target(const std::string& path) {
+  struct stat st{};
+  // Absent is fine (the usual case); any other trouble is reported by creating the temp file.
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return {};
+  return bundle_error(Code::invalid_argument, path, "refused, nothing written",
+                      "is not a regular file (" + file_type_name(st.st_mode) +
+                          "); export replaces a regular file or creates a new one");
 }
 
 Status check_bundle_header(const std::string& path, std::string_view head) {
@@ -166,6 +183,7 @@ Result<std::vector<BundleRecord>> parse_bundle(const std::string& path, std::str
 Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_path,
                                    const std::optional<std::string>& arch) {
   if (arch) FJ_TRY(validate_arch(*arch));
+  FJ_TRY(check_export_target(bundle_path));
   DiskCache::State& s = DiskCacheAccess::state(cache);
   std::vector<ListedEntry> entries;
   if (auto root = s.dir.open_root(/*create=*/false)) {

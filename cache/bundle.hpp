@@ -68,7 +68,9 @@ struct ImportReport {
 };
 
 // Writes every verified entry (of `arch`, or all) to `bundle_path`, atomically (temp file beside
-// it, then rename). Entries failing verification are skipped and reported.
+// it, then rename). Entries failing verification are skipped and reported. An existing
+// `bundle_path` that is not a regular file (a FIFO, a device, a folder; through a symlink too) is
+// refused with Code::invalid_argument before anything is written.
 Result<ExportReport> export_bundle(DiskCache& cache, const std::string& bundle_path,
                                    const std::optional<std::string>& arch = std::nullopt);
 

@@ -40,12 +40,6 @@ class BuildingGuard {
   const EntryKey* saved_;
 };
 
-std::function<void(const std::string&)> default_logger() {
-  const char* v = std::getenv("FLASHJIT_LOG");
-  if (!v || !*v || std::string(v) == "0") return {};
-  return [](const std::string& line) { std::cerr << "[flashjit cache] " << line << '\n'; };
-}
-
 timespec now_realtime() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -68,6 +62,12 @@ std::string seconds_text(std::chrono::milliseconds ms) {
 }
 
 }  // namespace
+
+std::function<void(const std::string&)> env_logger() {
+  const char* v = std::getenv("FLASHJIT_LOG");
+  if (!v || !*v || std::string(v) == "0") return {};
+  return [](const std::string& line) { std::cerr << "[flashjit cache] " << line << '\n'; };
+}
 
 // ---- State ----
 
@@ -154,9 +154,28 @@ Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key
   return {};
 }
 
-Status enforce_cap(DiskCache::State& s, const PrivateDir& root, const std::string& protect_path) {
-  auto lock = FileLock::acquire(root, kMaintenanceLockName);
+Result<MaintenanceLock> take_maintenance_lock(DiskCache::State& s, const PrivateDir& root, const std::string& then) {
+  auto lock =
+      FileLock::acquire_for(root, kMaintenanceLockName, s.lock_timeout, s.lock_notices("cache maintenance", then));
   if (!lock) return std::move(lock).error();
+  MaintenanceLock out;
+  if (lock->has_value()) {
+    out.lock = std::move(*lock);
+    return out;
+  }
+  out.ran_out = "waited " + seconds_text(s.lock_timeout) + " for the cache maintenance lock '" +
+                root.path_of(kMaintenanceLockName) + "', held by " + describe_lock_holder(root, kMaintenanceLockName);
+  return out;
+}
+
+Status enforce_cap(DiskCache::State& s, const PrivateDir& root, const std::string& protect_path) {
+  auto lock = take_maintenance_lock(s, root, "not enforcing the size cap");
+  if (!lock) return std::move(lock).error();
+  if (!lock->lock) {
+    // The entry is published already; the next store that gets the lock enforces the cap.
+    s.log(lock->ran_out + "; not enforcing the size cap this time");
+    return {};
+  }
   auto r = evict_lru(s, root, s.max_bytes, protect_path);
   if (!r) return std::move(r).error();
   return {};
@@ -231,7 +250,7 @@ Result<DiskCache> DiskCache::open(Options options) {
   }
   auto dir = CacheDir::open(root);
   if (!dir) return std::move(dir).error();
-  auto logger = options.logger ? std::move(options.logger) : default_logger();
+  auto logger = options.logger ? std::move(options.logger) : env_logger();
   return DiskCache(std::make_unique<State>(std::move(dir).value(), max_bytes, std::move(logger), options));
 }
 

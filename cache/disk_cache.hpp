@@ -45,13 +45,18 @@ struct Options {
   std::function<void(const std::string&)> logger;
   // How long get_or_build (and store) wait for another process holding the same key's lock.
   // After that they go ahead without it: publishing is atomic, so the only cost is a
-  // duplicate build.
+  // duplicate build. The cache-wide maintenance lock (eviction, prune, clear) is waited for as
+  // long: then a store goes on without enforcing the size cap, and prune or clear fail.
   std::chrono::milliseconds lock_timeout = std::chrono::minutes(5);
-  // A wait for a key's lock is logged (who holds it, how long we have waited) after this long,
+  // A wait for a lock is logged (who holds it, how long we have waited) after this long,
   // then every `lock_wait_notice_every`, until it ends (file_lock.hpp says why these values).
   std::chrono::milliseconds lock_wait_notice_after = kLockWaitNoticeAfter;
   std::chrono::milliseconds lock_wait_notice_every = kLockWaitNoticeEvery;
 };
+
+// The logger an empty Options::logger stands for: lines to stderr when $FLASHJIT_LOG is set (and
+// not "0"), else none (an empty function).
+std::function<void(const std::string&)> env_logger();
 
 // How get_or_build got its payload.
 enum class LookupOutcome {
@@ -167,7 +172,8 @@ class DiskCache {
   // reported but never removed).
   Result<VerifyReport> verify(bool remove_bad = false);
   // Evicts least recently used entries until at most `max_bytes` remain; removes stale temp
-  // files and unused lock files.
+  // files and unused lock files. Both take the maintenance lock: when another process holds it
+  // past Options::lock_timeout they remove nothing and fail (io_error) naming the holder.
   Result<PruneReport> prune(std::uint64_t max_bytes);
   // Removes every entry (of one arch, or all), stale temp files and unused lock files.
   Result<ClearReport> clear(const std::optional<std::string>& arch = std::nullopt);

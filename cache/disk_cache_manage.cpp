@@ -11,6 +11,7 @@
 #include "cache/disk_cache_state.hpp"
 #include "cache/entry_file.hpp"
 #include "cache/file_lock.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::cache {
 
@@ -37,10 +38,11 @@ Result<EntryKey> key_from_header(const ScannedEntry& e, const std::string& store
   auto claimed = key_from_file_name(e);
   auto stored = parse_entry_identity(stored_identity);
   if (!stored)
-    return Error(Code::corrupt, "stored key '" + stored_identity + "' is malformed").with("reason", "malformed key");
+    return Error(Code::corrupt, "stored key '" + printable(stored_identity) + "' is malformed")
+        .with("reason", "malformed key");
   if (stored->arch != claimed.arch || stored->name != claimed.name ||
       stored->content_hash.compare(0, kFileHashDigits, claimed.content_hash) != 0)
-    return Error(Code::corrupt, "stored key '" + stored_identity + "' does not match the file's place")
+    return Error(Code::corrupt, "stored key '" + printable(stored_identity) + "' does not match the file's place")
         .with("reason", "key does not match file name");
   return std::move(stored).value();
 }
@@ -76,6 +78,18 @@ Result<std::optional<PrivateDir>> open_root_if_any(const DiskCache::State& s) {
   if (root) return std::optional<PrivateDir>(std::move(root).value());
   if (root.error().code() == Code::not_found) return std::optional<PrivateDir>();
   return std::move(root).error();
+}
+
+// prune and clear wait for the maintenance lock as a store does, but going on without it would
+// race the holder's own removals: when the wait runs out they fail, naming the holder.
+Result<FileLock> maintenance_lock_or_fail(DiskCache::State& s, const PrivateDir& root, const std::string& what) {
+  auto lock = take_maintenance_lock(s, root, "giving up");
+  if (!lock) return std::move(lock).error();
+  if (lock->lock) return std::move(*lock->lock);
+  return Error(Code::io_error, what + " gave up, nothing removed: " + lock->ran_out +
+                                   "; its holder is another prune or clear, or a store evicting down to the size "
+                                   "cap (a stopped one, as under Ctrl-Z, keeps it until it is resumed or ended)")
+      .with("path", root.path_of(kMaintenanceLockName));
 }
 
 }  // namespace
@@ -227,7 +241,7 @@ Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
   if (!root) return std::move(root).error();
   PruneReport out;
   if (!*root) return out;
-  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
+  auto lock = maintenance_lock_or_fail(*s_, **root, "cache prune");
   if (!lock) return std::move(lock).error();
   auto evicted = evict_lru(*s_, **root, max_bytes, /*protect_path=*/"");
   if (!evicted) return std::move(evicted).error();
@@ -249,7 +263,7 @@ Result<ClearReport> DiskCache::clear(const std::optional<std::string>& arch) {
   if (!root) return std::move(root).error();
   ClearReport out;
   if (!*root) return out;
-  auto lock = FileLock::acquire(**root, kMaintenanceLockName);
+  auto lock = maintenance_lock_or_fail(*s_, **root, "cache clear");
   if (!lock) return std::move(lock).error();
   auto found = scan_files(**root, arch);
   if (!found) return std::move(found).error();

@@ -71,7 +71,18 @@ Result<std::optional<std::string>> load_entry_in(DiskCache::State& s, const Arch
 // removes the folder's stale temp files (crashed writers' leftovers).
 Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key, std::string_view payload);
 
-// Takes the maintenance lock and evicts down to the cap, sparing the entry at `protect_path`.
+// The maintenance lock, waited for like a key's lock (State::lock_timeout, with notices naming the
+// holder): a holder stopped with it (`cache prune` under Ctrl-Z) must not stall every store and
+// every prune for good. When the wait runs out, `lock` is empty and `ran_out` says how long it
+// was and who holds the lock; `then` (for the notices) says what the caller does after the wait.
+struct MaintenanceLock {
+  std::optional<FileLock> lock;
+  std::string ran_out;  // "waited 300 s for the cache maintenance lock '<path>', held by pid 12 (T (stopped))"
+};
+Result<MaintenanceLock> take_maintenance_lock(DiskCache::State& s, const PrivateDir& root, const std::string& then);
+
+// Takes the maintenance lock and evicts down to the cap, sparing the entry at `protect_path`. When
+// the wait for the lock runs out it logs so and leaves the cap to a later store.
 Status enforce_cap(DiskCache::State& s, const PrivateDir& root, const std::string& protect_path);
 
 // A file found in a folder of the cache, by name (contents unchecked).

@@ -10,6 +10,7 @@
 #include "cache/atomic_file.hpp"
 #include "cache/le_codec.hpp"
 #include "base/content_hash.hpp"
+#include "base/printable.hpp"
 
 namespace flashjit::cache {
 
@@ -124,8 +125,9 @@ Result<std::string> read_entry(const PrivateDir& dir, const std::string& name, s
   auto e = open_entry(dir, name, read_id);
   if (!e) return std::move(e).error();
   const EntryHeader& h = e->header;
+  // The stored key is whatever the file holds (terminal escapes included): echoed like other input.
   if (h.key != expected_key)
-    return corrupt(path, "holds key '" + h.key + "', expected '" + std::string(expected_key) + "'");
+    return corrupt(path, "holds key '" + printable(h.key) + "', expected '" + printable(expected_key) + "'");
   std::string payload(h.payload_size, '\0');
   auto got = read_up_to(e->fd.get(), payload.data(), payload.size(), path);
   if (!got) return std::move(got).error();

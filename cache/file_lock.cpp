@@ -100,6 +100,11 @@ Result<std::optional<FileLock>> FileLock::acquire_for(const DirFd& dir, const st
   }
 }
 
+std::string describe_lock_holder(const DirFd& dir, const std::string& name) {
+  auto fd = open_at(dir, name, O_RDONLY | O_NOFOLLOW);
+  return describe_holder(fd ? flock_holder(fd->get()) : std::nullopt);
+}
+
 Result<bool> remove_lock_file_if_unheld(const DirFd& dir, const std::string& name) {
   const std::string path = dir.path_of(name);
   auto fd = open_at(dir, name, O_RDWR | O_NOFOLLOW);

@@ -72,6 +72,10 @@ class FileLock {
   std::string path_;
 };
 
+// Who holds the lock file `name` now, in describe_holder()'s words ("pid 1234 (T (stopped))"): for
+// the message of a wait that ran out.
+std::string describe_lock_holder(const DirFd& dir, const std::string& name);
+
 // Removes a lock file if no one holds it (see above). Returns true if it was removed; false if it
 // was held or already gone.
 Result<bool> remove_lock_file_if_unheld(const DirFd& dir, const std::string& name);

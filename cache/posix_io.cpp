@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/printable.hpp"
+
 namespace flashjit::cache {
 
 Error sys_error(Code code, const std::string& what, const std::string& path, int err) {
   Code c = err == ENOENT ? Code::not_found : code;
-  return Error(c, what + " '" + path + "': " + std::strerror(err))
-      .with("path", path)
+  const std::string shown = printable(path);
+  return Error(c, what + " '" + shown + "': " + std::strerror(err))
+      .with("path", shown)
       .with("errno", std::to_string(err));
 }
 

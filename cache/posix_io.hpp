@@ -16,7 +16,9 @@
 namespace flashjit::cache {
 
 // "<what> '<path>': <strerror(err)>", with details "path" and "errno". ENOENT maps to
-// Code::not_found so callers can tell a miss from a failure; everything else to `code`.
+// Code::not_found so callers can tell a miss from a failure; everything else to `code`. The path
+// is shown through printable(): paths start with what a person gave (--cache-dir, a bundle's
+// name), which may hold terminal escapes or be 100,000 characters long.
 Error sys_error(Code code, const std::string& what, const std::string& path, int err);
 
 // Owns a file descriptor; closes it on destruction. Move-only.

@@ -10,7 +10,9 @@
 namespace flashjit {
 
 struct CompileRequest {
-  std::string program_name;  // shown in NVRTC diagnostics: the variant name
+  // Shown in NVRTC diagnostics and recorded in the cubin: a variant's code_name(), never a
+  // plan-only knob, so one cache key always gets the same bytes.
+  std::string program_name;
   std::string source;        // rendered prelude + #include of the family's entry template
   Arch arch;
 };

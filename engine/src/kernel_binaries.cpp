@@ -55,7 +55,9 @@ Result<KernelBinary> KernelBinaries::get(const KernelVariant& v, const Arch& arc
   FJ_TRY(check_variant(v, arch));
   KernelBinary out;
   auto build = [&]() -> Result<std::string> {
-    auto compiled = compile_cubin({v.name(), render_source(*find_family(v.family), v), arch});
+    // The program name ends up in the cubin: named by the code, as the cache key is, so that
+    // tilings differing only in plan-only knobs (which share an entry) compile to the same bytes.
+    auto compiled = compile_cubin({v.code_name(), render_source(*find_family(v.family), v), arch});
     if (!compiled.ok()) return std::move(compiled).error().with("variant", v.name());
     out.compile_ms = compiled->compile_ms;
     out.nvrtc_log = compiled->log;

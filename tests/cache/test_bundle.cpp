@@ -328,3 +328,35 @@ TEST_CASE("bundle: an entry whose file already holds another valid key of the ca
   CHECK(r->collisions.empty());
   CHECK(target.load({"sm_90a", "k", h2}).value() == std::string("from the bundle"));
 }
+
+// ---- issue 21 ----
+
+TEST_CASE("bundle: export refuses an existing FILE that is not a regular file; nothing is written (G3)") {
+  TempDir tmp;
+  auto source = open_cache(tmp / "source");
+  const EntryKey k = make_key("kernel");
+  REQUIRE(source.store(k, "payload").ok());
+  // Export publishes by renaming over FILE: over a FIFO or a device node that replaces the node
+  // itself (run as root on /dev/null, it replaced /dev/null).
+  REQUIRE(::mkfifo((tmp / "pipe.fjb").c_str(), 0600) == 0);
+  REQUIRE(::symlink((tmp / "pipe.fjb").c_str(), (tmp / "link.fjb").c_str()) == 0);
+  REQUIRE(::mkdir((tmp / "dir.fjb").c_str(), 0700) == 0);
+  for (const std::string& path : {tmp / "pipe.fjb", tmp / "link.fjb", tmp / "dir.fjb"}) {
+    auto r = export_bundle(source, path);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code() == Code::invalid_argument);
+    CHECK_MESSAGE(r.error().message().find("'" + path + "'") != std::string::npos, r.error().message());
+    CHECK_MESSAGE(r.error().message().find("not a regular file") != std::string::npos, r.error().message());
+    CHECK(r.error().detail("path") == path);
+  }
+  struct stat st{};
+  REQUIRE(::lstat((tmp / "pipe.fjb").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(::lstat((tmp / "link.fjb").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(files_in(tmp.path()).size() == 4);  // source, pipe, link, dir: no temp file left behind
+  // A regular file is still replaced, as before.
+  write_file(tmp / "old.fjb", "an older bundle");
+  REQUIRE(export_bundle(source, tmp / "old.fjb").ok());
+  CHECK(read_file(tmp / "old.fjb") != "an older bundle");
+}

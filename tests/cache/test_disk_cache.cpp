@@ -529,3 +529,24 @@ TEST_CASE("disk_cache: a cache folder deleted while in use is recreated on the n
   CHECK(cache.load(key).value() == std::string("y"));
   CHECK(mode_of(tmp / "root") == 0700);
 }
+
+// ---- issue 21 ----
+
+TEST_CASE("disk_cache: the log line of an entry holding another key escapes that key (G7)") {
+  TempDir tmp;
+  LogSink log;
+  auto cache = open_cache(tmp / "root", &log);
+  const EntryKey key = make_key("k");
+  REQUIRE(cache.store(key, "x").ok());
+  REQUIRE(write_entry(private_dir(tmp / "root/sm_90a"), entry_file_name(key), "sm_90a/\x1b[2J\x1b]0;owned\x07/0", "x").ok());
+  auto r = cache.load(key);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->has_value());  // a miss, logged
+  REQUIRE(log.contains("holds key"));
+  for (const auto& line : log.lines()) {
+    INFO(line);
+    CHECK(line.find('\x1b') == std::string::npos);
+    CHECK(line.find('\x07') == std::string::npos);
+  }
+  CHECK(log.contains("sm_90a/\\x1b[2J\\x1b]0;owned\\x07/0"));
+}

@@ -167,3 +167,23 @@ TEST_CASE("entry_file: keys must fit the format") {
         Code::invalid_argument);
   CHECK_FALSE(exists(dir / "e.fjk"));
 }
+
+// ---- issue 21 ----
+
+TEST_CASE("entry_file: a stored key's bytes are escaped where they are echoed (G7)") {
+  TempDir dir;
+  const PrivateDir d = private_dir(dir.path());
+  // A damaged or hostile entry: its key holds terminal escapes (set the window title, clear the screen).
+  const std::string hostile = "sm_90a/\x1b]0;owned\x07\x1b[2J/" + std::string(400, 'f');
+  REQUIRE(write_entry(d, "e.fjk", hostile, payload()).ok());
+  auto r = read_entry(d, "e.fjk", kKey);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == Code::corrupt);
+  for (const std::string& text : {r.error().message(), r.error().detail("reason").value_or("")}) {
+    INFO(text);
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK(text.find('\x07') == std::string::npos);
+    CHECK(text.find("sm_90a/\\x1b]0;owned\\x07\\x1b[2J/fff") != std::string::npos);
+    CHECK(text.find("(" + std::to_string(hostile.size()) + " bytes)") != std::string::npos);  // cut, like other echoes
+  }
+}

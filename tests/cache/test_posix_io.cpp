@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "base/printable.hpp"
 #include "cache_test_util.hpp"
 
 using namespace flashjit;
@@ -129,4 +130,23 @@ TEST_CASE("posix_io: path helpers") {
   CHECK(parent_path("c") == ".");
   CHECK(file_name("/a/b/c.fjk") == "c.fjk");
   CHECK(file_name("c") == "c");
+}
+
+// ---- issue 21 ----
+
+TEST_CASE("posix_io: a path in an error is echoed like other input: escaped, and cut when huge (G10)") {
+  TempDir dir;
+  // A 100,000-character --cache-dir reaches open() as is; the error must not carry it twice in full.
+  const std::string huge = dir / std::string(100000, 'd');
+  auto fd = open_fd(huge, O_RDONLY);
+  REQUIRE_FALSE(fd.ok());
+  const std::string text = fd.error().to_string();
+  CHECK(text.size() < 2 * kMaxEchoBytes + 200);
+  CHECK(text.find(dir.path()) != std::string::npos);
+  CHECK(text.find("(" + std::to_string(huge.size()) + " bytes)") != std::string::npos);
+  CHECK(text.find("File name too long") != std::string::npos);
+  auto odd = open_fd(dir / "a\x1b[2Jb", O_RDONLY);
+  REQUIRE_FALSE(odd.ok());
+  CHECK(odd.error().to_string().find('\x1b') == std::string::npos);
+  CHECK(odd.error().message().find(dir / "a\\x1b[2Jb") != std::string::npos);
 }

@@ -231,3 +231,32 @@ TEST_CASE("a kernel that could not be stored says so; the caller still gets it")
   REQUIRE(fine.ok());
   CHECK(fine->disk_cache_problem.empty());
 }
+
+// ---- issue 21 ----
+
+TEST_CASE("one cache key, one set of bytes: tilings differing only in a plan-only knob compile alike (G8)") {
+  // fa3_sm90's grid knob (p) changes how the plan launches the kernel, not the kernel: both
+  // tilings share one cache entry, whose bytes must not depend on which of them compiled first.
+  const Arch sm90a = Arch::parse("sm_90a").value();
+  const KernelFamily* fa3 = find_family("fa3_sm90");
+  KernelVariant per_tile{"fa3_sm90", variant().semantics, Tiling(fa3->knobs(), {1, 64, 2, 0, 1})};
+  per_tile.semantics.vec = 8;
+  KernelVariant walking = per_tile;
+  walking.tiling = Tiling(fa3->knobs(), {1, 64, 2, 1, 1});
+  const auto key = KernelBinaries::cache_key(per_tile, sm90a);
+  REQUIRE(key.ok());
+  REQUIRE(*key == KernelBinaries::cache_key(walking, sm90a).value());
+
+  ScratchRoot first_per_tile, first_walking;
+  KernelBinaries a(true, first_per_tile.root(), {}), b(true, first_walking.root(), {});
+  auto from_a = a.get(per_tile, sm90a);
+  auto from_b = b.get(walking, sm90a);
+  REQUIRE_MESSAGE(from_a.ok(), (from_a.ok() ? "" : from_a.error().to_string()));
+  REQUIRE_MESSAGE(from_b.ok(), (from_b.ok() ? "" : from_b.error().to_string()));
+  CHECK(from_a->origin == BinaryOrigin::compiled);
+  CHECK(from_b->origin == BinaryOrigin::compiled);
+  CHECK(from_a->cubin == from_b->cubin);
+  const std::string entry_a = test_support::read_file(a.disk()->entry_path(*key));
+  CHECK(entry_a.size() > from_a->cubin.size());
+  CHECK(entry_a == test_support::read_file(b.disk()->entry_path(*key)));
+}

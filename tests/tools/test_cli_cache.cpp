@@ -3,12 +3,18 @@
 // cache that each test copies into its own fresh folder.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <thread>
 
 #include "base/content_hash.hpp"
+#include "cache/disk_cache_state.hpp"
+#include "cache/file_lock.hpp"
 
 #include "cli_test_util.hpp"
 
@@ -116,6 +122,37 @@ TEST_CASE("prune with a small cap evicts the least recently used entries") {
   CHECK(listed_names(cache).empty());
 }
 
+TEST_CASE("prune says who holds the maintenance lock while it waits (issue 21 G2)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  REQUIRE(run_flashjit({"cache", "stats", "--cache-dir", cache}).code == 0);  // creates the root
+  flashjit::test_support::ChildToKill holder;  // `cache prune` under Ctrl-Z
+  REQUIRE(holder.pipe_ok());
+  holder.start([&]() -> int {
+    auto root = flashjit::cache::PrivateDir::open_root(cache, /*create=*/false);
+    if (!root.ok()) ::_exit(3);
+    auto lock = flashjit::cache::FileLock::acquire(*root, flashjit::cache::kMaintenanceLockName);
+    if (!lock.ok()) ::_exit(4);
+    holder.tell_parent();
+    ::raise(SIGSTOP);
+    ::_exit(0);
+  });
+  REQUIRE(holder.reached());
+  auto pruned = std::async(std::launch::async,
+                           [&] { return run_flashjit({"cache", "prune", "--max-bytes", "1G", "--cache-dir", cache}); });
+  // The wait lasts minutes; once the first notice is due, the holder is ended and prune goes on.
+  std::this_thread::sleep_for(flashjit::cache::kLockWaitNoticeAfter + std::chrono::milliseconds(1500));
+  const std::string pid = std::to_string(holder.pid());
+  holder.kill();
+  auto r = pruned.get();
+  INFO(r.err);
+  CHECK(r.code == 0);
+  CHECK(contains(r.err, "flashjit cache prune: lock wait: waited"));
+  CHECK(contains(r.err, "held by pid " + pid));
+  CHECK(contains(r.err, "stopped"));
+  CHECK(contains(r.err, cache + "/.maintenance.lock"));
+}
+
 TEST_CASE("clear --arch only touches that arch; stats reports per arch") {
   TempDir dir;
   const std::string cache = dir / "cache";
@@ -153,6 +190,45 @@ TEST_CASE("import refuses a FIFO or a folder as the bundle, without blocking") {
   auto r = run_flashjit({"cache", "import", dir / "dir.fjb", "--cache-dir", cache});
   CHECK(r.code != 0);
   CHECK(listed_names(cache).empty());
+}
+
+TEST_CASE("export refuses a FIFO, or a symlink to one, as FILE; nothing is written (issue 21 G3)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  copy_seed(cache);
+  REQUIRE(::mkfifo((dir / "pipe.fjb").c_str(), 0600) == 0);
+  REQUIRE(::symlink((dir / "pipe.fjb").c_str(), (dir / "link.fjb").c_str()) == 0);
+  for (const std::string& file : {dir / "pipe.fjb", dir / "link.fjb"}) {
+    auto r = run_flashjit({"cache", "export", file, "--cache-dir", cache});
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(contains(r.err, "'" + file + "'"));
+    CHECK(contains(r.err, "not a regular file (a FIFO)"));
+    CHECK(contains(r.err, "nothing written"));
+    CHECK(r.out.empty());
+  }
+  struct stat st{};
+  REQUIRE(::lstat((dir / "pipe.fjb").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  REQUIRE(::lstat((dir / "link.fjb").c_str(), &st) == 0);
+  CHECK(S_ISLNK(st.st_mode));
+  CHECK(files_with_ext(dir.path(), ".fjb").empty());  // no regular file written in their place
+}
+
+TEST_CASE("a 100,000-character --cache-dir is cut where it is echoed (issue 21 G10)") {
+  TempDir dir;
+  const std::string huge = dir / std::string(100000, 'd');
+  const std::vector<std::vector<std::string>> commands = {
+      {"cache", "stats"}, {"cache", "prune", "--max-bytes", "1G"}, {"warmup", "--arch", "sm_80", "--head-dim", "64"}};
+  for (auto args : commands) {
+    args.insert(args.end(), {"--cache-dir", huge});
+    auto r = run_flashjit(args);
+    INFO(args[0] << " " << args[1] << ": " << r.err.substr(0, 600));
+    CHECK(r.code == 1);
+    CHECK(r.err.size() < 1500);
+    CHECK(contains(r.err, dir / "ddd"));
+    CHECK(contains(r.err, "(" + std::to_string(huge.size()) + " bytes)"));
+  }
 }
 
 TEST_CASE("import counts what it wrote: a file-name collision is reported and exits 1") {

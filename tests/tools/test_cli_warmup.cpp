@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "cache_location.hpp"
@@ -123,7 +124,7 @@ TEST_CASE("runner: every failure is reported with its full error, and counted") 
   too_big.variant.tiling = parse_tiling("fa2_sm80", "m128n256w4s4").value();
   jobs.push_back(too_big);
 
-  auto disk = open_cache(cache);
+  auto disk = open_cache(cache, std::cerr, "test");
   REQUIRE(disk.ok());
   REQUIRE(disk->store(KernelBinaries::cache_key(jobs[0].variant, sm80).value(), "stand-in cubin").ok());
 
@@ -160,7 +161,7 @@ std::string first_entry_path(const std::string& cache_dir) {
   f.family = "fa2_sm80";  // what small_warmup_args compiles
   const Arch sm80 = Arch::parse("sm_80").value();
   auto jobs = plan_warmup(variants_from_flags(f).value(), {sm80}, false).value();
-  auto disk = open_cache(cache_dir);
+  auto disk = open_cache(cache_dir, std::cerr, "test");
   REQUIRE(disk.ok());
   return disk->entry_path(KernelBinaries::cache_key(jobs[0].variant, sm80).value());
 }

@@ -23,7 +23,7 @@ struct BundleOptions {
 int export_cmd(Context& ctx, const BundleOptions& o) {
   auto arch = arch_filter(o.arch);
   if (!arch.ok()) return usage_error(ctx, "cache export", arch.error().message());
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache export");
   if (!disk.ok()) return failure(ctx, "cache export", "", disk.error());
   auto report = cache::export_bundle(disk.value(), o.file, arch.value());
   if (!report.ok()) return failure(ctx, "cache export", printable(o.file), report.error());
@@ -46,7 +46,7 @@ int export_cmd(Context& ctx, const BundleOptions& o) {
 }
 
 int import_cmd(Context& ctx, const BundleOptions& o) {
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache import");
   if (!disk.ok()) return failure(ctx, "cache import", "", disk.error());
   cache::ImportOptions io;
   io.replace_existing = o.replace;
@@ -86,7 +86,7 @@ void add_cache_bundle_commands(CLI::App& cache, Context& ctx) {
   {
     auto o = std::make_shared<BundleOptions>();
     CLI::App* sub = cache.add_subcommand("export", "Write the verified entries (all, or one arch's) to a bundle file");
-    sub->add_option("FILE", o->file, "Bundle to write (replaced atomically)")->required()->type_name("FILE");
+    sub->add_option("FILE", o->file, "Bundle to write: a new file, or a regular file replaced atomically")->required()->type_name("FILE");
     sub->add_option("--arch", o->arch, "Only this arch's entries (e.g. sm_90a)")->type_name("ARCH");
     sub->add_flag("--json", o->json, "Machine-readable output on stdout");
     add_cache_dir_option(sub, o->cache_dir);

@@ -20,7 +20,7 @@ struct InspectOptions {
 int list(Context& ctx, const InspectOptions& o) {
   auto arch = arch_filter(o.arch);
   if (!arch.ok()) return usage_error(ctx, "cache list", arch.error().message());
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache list");
   if (!disk.ok()) return failure(ctx, "cache list", "", disk.error());
   auto entries = disk->list(arch.value());
   if (!entries.ok()) return failure(ctx, "cache list", "", entries.error());
@@ -48,7 +48,7 @@ int list(Context& ctx, const InspectOptions& o) {
 }
 
 int stats(Context& ctx, const InspectOptions& o) {
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache stats");
   if (!disk.ok()) return failure(ctx, "cache stats", "", disk.error());
   auto sum = disk->scan();
   if (!sum.ok()) return failure(ctx, "cache stats", "", sum.error());

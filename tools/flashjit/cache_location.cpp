@@ -23,11 +23,17 @@ Result<std::string> resolve_root(const std::string& dir) {
   return root.string();
 }
 
-Result<cache::DiskCache> open_cache(const std::string& dir) {
+bool is_lock_wait_notice(const std::string& line) { return line.rfind("lock wait: ", 0) == 0; }
+
+Result<cache::DiskCache> open_cache(const std::string& dir, std::ostream& notices, const std::string& command) {
   auto root = resolve_root(dir);
   if (!root.ok()) return std::move(root).error();
   cache::Options o;
   o.root = root.value();
+  o.logger = [&notices, command, env = cache::env_logger()](const std::string& line) {
+    if (is_lock_wait_notice(line)) notices << "flashjit " << command << ": " << line << "\n" << std::flush;
+    else if (env) env(line);
+  };
   return cache::DiskCache::open(o);
 }
 

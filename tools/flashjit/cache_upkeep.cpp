@@ -20,7 +20,7 @@ struct UpkeepOptions {
 };
 
 int verify(Context& ctx, const UpkeepOptions& o) {
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache verify");
   if (!disk.ok()) return failure(ctx, "cache verify", "", disk.error());
   auto report = disk->verify(o.remove_bad);
   if (!report.ok()) return failure(ctx, "cache verify", "", report.error());
@@ -46,7 +46,7 @@ int verify(Context& ctx, const UpkeepOptions& o) {
 int prune(Context& ctx, const UpkeepOptions& o) {
   auto cap = parse_byte_size(o.max_bytes, "--max-bytes");
   if (!cap.ok()) return usage_error(ctx, "cache prune", cap.error().message());
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache prune");
   if (!disk.ok()) return failure(ctx, "cache prune", "", disk.error());
   auto report = disk->prune(cap.value());
   if (!report.ok()) return failure(ctx, "cache prune", "", report.error());
@@ -71,7 +71,7 @@ int clear(Context& ctx, const UpkeepOptions& o) {
   if (!arch.ok()) return usage_error(ctx, "cache clear", arch.error().message());
   const std::string what = arch.value() ? "every cached kernel for " + *arch.value() : "every cached kernel";
   if (!o.yes) return usage_error(ctx, "cache clear", "--yes is required: clear deletes " + what);
-  auto disk = open_cache(o.cache_dir);
+  auto disk = open_cache(o.cache_dir, ctx.err, "cache clear");
   if (!disk.ok()) return failure(ctx, "cache clear", "", disk.error());
   auto report = disk->clear(arch.value());
   if (!report.ok()) return failure(ctx, "cache clear", "", report.error());

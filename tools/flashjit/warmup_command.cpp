@@ -181,7 +181,7 @@ int run(Context& ctx, const WarmupOptions& o) {
   eo.disk_cache = true;
   // A lock wait is shown even without --verbose: otherwise a stopped holder is minutes of silence.
   eo.log = [sink, verbose = o.verbose](const std::string& line) {
-    if (verbose || line.rfind("lock wait: ", 0) == 0) (*sink)(line);
+    if (verbose || is_lock_wait_notice(line)) (*sink)(line);
   };
   auto engine = Engine::create(eo);
   if (!engine.ok()) return failure(ctx, kCommand, "", engine.error());
@@ -191,7 +191,7 @@ int run(Context& ctx, const WarmupOptions& o) {
 
   if (auto key = KernelBinaries::cache_key(jobs->front().variant, jobs->front().arch); !key.ok())
     return failure(ctx, kCommand, "cannot compile", key.error());  // NVRTC missing: say it once
-  auto disk = open_cache(root.value());
+  auto disk = open_cache(root.value(), ctx.err, kCommand);
   if (!disk.ok()) return failure(ctx, kCommand, "cache folder refused", disk.error());
 
   std::string arch_list;
