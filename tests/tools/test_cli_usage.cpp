@@ -161,3 +161,54 @@ TEST_CASE("user text in errors is escaped and cut (issue 6, defect 10)") {
   CHECK(contains(vec.err, "--vec"));
   CHECK(missing_or_empty(cache));
 }
+
+TEST_CASE("feature flags honour true/false values and refuse any other (issue 21 G4)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  // The kernels a dry run plans, as one string of names.
+  auto planned = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> args{"warmup", "--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80",
+                                  "--dry-run", "--json", "--cache-dir", cache};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_flashjit(args);
+    std::string names;
+    if (r.code != 0) return "exit " + std::to_string(r.code) + ": " + r.err;
+    const auto doc = r.json();
+    for (const auto& v : doc["variants"]) names += v["name"].get<std::string>() + " ";
+    return names;
+  };
+  for (const char* on : {"--window", "--window=true", "--window=yes", "--window=1"}) {
+    CAPTURE(on);
+    CHECK(contains(planned({on}), "-window-"));
+  }
+  for (const char* off : {"--window=false", "--window=no", "--window=0"}) {
+    CAPTURE(off);
+    const std::string names = planned({off});
+    CHECK_MESSAGE(contains(names, "fa2_sm80-"), names);
+    CHECK_FALSE(contains(names, "window"));
+  }
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<Case> refused{
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--softcap=1e99"}, "--softcap"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--paged=abc"}, "--paged"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--window=2"}, "--window"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--gqa=on"}, "--gqa"},
+      {{"tune", "--head-dim", "64", "--softcap=xyz"}, "--softcap"},
+  };
+  for (const auto& c : refused) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--cache-dir", cache});
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(contains(r.err, c.flag + ": "), r.err);
+    CHECK_MESSAGE(contains(r.err, "takes no value (on) or =true/false"), r.err);  // the rule
+    CHECK_FALSE(contains(r.err, "stoll"));
+  }
+  CHECK(missing_or_empty(cache));
+}

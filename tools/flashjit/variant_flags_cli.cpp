@@ -2,6 +2,8 @@
 
 #include <type_traits>
 
+#include "common/command_line.hpp"
+
 namespace flashjit::tools {
 
 void add_variant_flags(CLI::App* g, VariantFlags& flags) {
@@ -21,7 +23,7 @@ void add_variant_flags(CLI::App* g, VariantFlags& flags) {
   Semantics{}.visit([&](const SemanticsField& f, const auto& value) {
     if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
       const std::string name = f.name;
-      g->add_flag_function(bool_field_flag(f), [&flags, name](std::int64_t) { flags.features[name] = true; }, f.why);
+      add_switch(g, bool_field_flag(f), [&flags, name](bool on) { flags.features[name] = on; }, f.why);
     }
   });
   g->add_option("--family", flags.family, "Kernel family (default: every family that serves the variant)")
