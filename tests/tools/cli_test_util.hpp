@@ -1,15 +1,18 @@
-// Helpers for the flashjit CLI tests: run the tool in-process with captured streams, in a
-// private temp folder per test (TempDir, from tests/support/test_support.hpp).
+// Helpers for the CLI tests: run the flashjit tool in-process with captured streams, or any built
+// tool in a fresh process, in a private temp folder per test (TempDir, from
+// tests/support/test_support.hpp).
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +46,39 @@ inline CliResult run_flashjit(std::vector<std::string> args) {
   r.code = run_cli(int(args.size()), argv.data(), out, err, /*err_is_tty=*/false);
   r.out = out.str();
   r.err = err.str();
+  return r;
+}
+
+struct ProgramRun {
+  int code = -1;       // exit code, 128 + signal if killed, -1 if it could not start
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the program at `path` with `args` in a fresh process, with `env` (name, value) added to its
+// environment.
+inline ProgramRun run_program(const std::string& path, std::vector<std::string> args,
+                              const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  args.insert(args.begin(), path);
+  ProgramRun r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, std::size_t(n));
+  ::close(fds[0]);
+  r.code = test_support::wait_child(pid);
   return r;
 }
 

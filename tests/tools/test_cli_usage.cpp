@@ -212,3 +212,36 @@ TEST_CASE("feature flags honour true/false values and refuse any other (issue 21
   }
   CHECK(missing_or_empty(cache));
 }
+
+TEST_CASE("range refusals are one short line naming the flag and the rule (issue 21 G9)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases{
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads: must be at least 1, got 0"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "x"}, "--threads: must be an integer, got 'x'"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "4294967297"},
+       "--threads: must be at most 2147483647, got 4294967297"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "300"}, "--head-dim: must be in [1, 256], got 300"},
+      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--vec", "0"}, "--vec: must be in [1, 8], got 0"},
+      {{"tune", "--head-dim", "64", "--device", "-1"}, "--device: must be at least 0, got -1"},
+      {{"tune", "--head-dim", "64", "--seq", "4096,0"}, "--seq: must be in [1, 1073741824], got 0"},
+      {{"tune", "--head-dim", "64", "--seq-k", "0x10"}, "--seq-k: must be an integer, got '0x10'"},
+      {{"tune", "--head-dim", "64", "--batch-heads", "0"}, "--batch-heads: must be in [1, "},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = c.args;
+    args.insert(args.end(), {"--cache-dir", cache});
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(contains(r.err, c.says), r.err);
+    CHECK_MESSAGE(r.err.size() < 160, r.err);
+  }
+  CHECK(missing_or_empty(cache));
+}

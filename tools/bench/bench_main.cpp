@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/attention_case.hpp"
+#include "common/command_line.hpp"
 #include "kernel_family.hpp"
 
 using namespace flashjit;
@@ -46,7 +47,7 @@ int run(int argc, char** argv) {
   app.add_option("--tokens", tokens, "batch * seq, fixed across the grid")->capture_default_str();
   app.add_option("--hidden", hidden, "heads * head dim, fixed across the grid")->capture_default_str();
   app.add_option("--group", group, "query heads per key/value head (GQA, MQA); must divide the query heads")
-      ->check(CLI::PositiveNumber)
+      ->check(tools::at_least(1))
       ->capture_default_str();
   app.add_option("--dtype", dtype, "f16, bf16, f32 or tf32")->capture_default_str();
   app.add_option("--causal", causal, "no, yes or both")->capture_default_str();

@@ -1,5 +1,6 @@
 #include "common/command_line.hpp"
 
+#include <charconv>
 #include <optional>
 
 #include "base/printable.hpp"
@@ -16,7 +17,35 @@ std::optional<bool> switch_value(const std::string& text) {
   return std::nullopt;
 }
 
+// `rule` is what a value outside [min, max] is told; `open_ended` rules say "at least min", so a
+// value above max is told the type's limit instead.
+CLI::Validator integer_rule(std::int64_t min, std::int64_t max, const std::string& rule, bool open_ended) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        std::int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || stop != end || ec == std::errc::invalid_argument)
+          return "must be an integer, got '" + printable(text) + "'";
+        const bool below = ec == std::errc::result_out_of_range ? text[0] == '-' : value < min;
+        const bool above = ec == std::errc::result_out_of_range ? text[0] != '-' : value > max;
+        if (above && open_ended) return "must be at most " + std::to_string(max) + ", got " + printable(text);
+        if (below || above) return rule + ", got " + printable(text);
+        text = std::to_string(value);
+        return std::string();
+      },
+      open_ended ? ">= " + std::to_string(min) : "[" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+
 }  // namespace
+
+CLI::Validator in_range(std::int64_t min, std::int64_t max) {
+  return integer_rule(min, max, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]", false);
+}
+
+CLI::Validator at_least(std::int64_t min, std::int64_t max) {
+  return integer_rule(min, max, "must be at least " + std::to_string(min), true);
+}
 
 CLI::Option* add_switch(CLI::App* app, const std::string& name, std::function<void(bool)> set,
                         const std::string& description) {
