@@ -68,6 +68,12 @@ Result<Tiling> parse_tiling(const std::string& family, const std::string& text) 
   return Tiling::parse(*knobs, text);
 }
 
+Result<TileShape> tile_shape(const Tiling& tiling) {
+  const KernelFamily* f = tiling.table ? find_family(tiling.table->family) : nullptr;
+  if (!f) return Error(Code::invalid_argument, "tile_shape: the tiling belongs to no kernel family");
+  return f->tile_shape(tiling);
+}
+
 std::vector<std::string> kernel_family_names() {
   std::vector<std::string> out;
   for (const auto* f : kernel_families()) out.push_back(f->name());

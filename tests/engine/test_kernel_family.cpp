@@ -2,6 +2,7 @@
 // shared-memory pruning, the rendered source, the embedded templates.
 #include <doctest/doctest.h>
 
+#include "flashjit/flashjit.hpp"
 #include "kernel_family.hpp"
 #include "kernel_source.hpp"
 #include "template_store.hpp"
@@ -86,4 +87,32 @@ TEST_CASE("fa2_sm80 tiling rules and shared-memory pruning") {
   }
   CHECK(has(check_variant({f->name(), s, fa2({256, 256, 8, 4})}, sm86).error().message(), "shared memory"));
   CHECK(has(check_variant({"nope", s, fa2({128, 64, 4, 2})}, sm86).error().message(), "unknown kernel family"));
+}
+
+TEST_CASE("tile_shape gives each family's score block from its own knobs (issue 21 G11)") {
+  // fa3_sm90 has no block_m: its rows are 64 per consumer warpgroup (flashjit-bench read
+  // block_m by name and indexed the tiling at -1 there).
+  CHECK(family_knobs("fa3_sm90")->index("block_m") == -1);
+  const auto shape = [](const char* family, const char* text) { return tile_shape(parse_tiling(family, text).value()); };
+  auto fa2 = shape("fa2_sm80", "m128n64w4s2");
+  REQUIRE(fa2.ok());
+  CHECK(fa2->rows == 128);
+  CHECK(fa2->keys == 64);
+  auto fa3 = shape("fa3_sm90", "g2n176s2p0c1");
+  REQUIRE(fa3.ok());
+  CHECK(fa3->rows == 128);
+  CHECK(fa3->keys == 176);
+  auto decode = shape("decode_sm80", "r2w8k16s2p0");  // 2 row tiles of 16; 8 warps x 16 keys
+  REQUIRE(decode.ok());
+  CHECK(decode->rows == 32);
+  CHECK(decode->keys == 128);
+  for (const auto* f : kernel_families()) {
+    CAPTURE(f->name());
+    const Tiling t = f->default_tiling(Arch::parse("sm_90a").value(), Semantics{}, nullptr);
+    CHECK(tile_shape(t)->rows > 0);
+    CHECK(tile_shape(t)->keys > 0);
+  }
+  auto none = tile_shape(Tiling{});
+  REQUIRE(!none.ok());
+  CHECK(has(none.error().message(), "no kernel family"));
 }

@@ -8,6 +8,10 @@
 namespace flashjit::tools {
 namespace {
 
+// CLI11's messages quote the argument they refuse: enough for any real one, while a megabyte
+// argument cannot flood the terminal.
+constexpr std::size_t kMaxCliErrorBytes = 1024;
+
 // One documented set of values, said in --help and in every refusal.
 constexpr const char* kSwitchValues = "=true/false, =yes/no, =1/0";
 
@@ -38,6 +42,36 @@ CLI::Validator integer_rule(std::int64_t min, std::int64_t max, const std::strin
 }
 
 }  // namespace
+
+std::string usage_message(const std::string& tool, const std::string& message) {
+  return tool + ": " + printable(message, kMaxCliErrorBytes) + "\nRun with --help for more information.\n";
+}
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv, std::ostream& out,
+                                      std::ostream& err, const ExplainRefusal& explain) {
+  app.failure_message([explain](const CLI::App* a, const CLI::Error& e) {
+    return usage_message(a->get_name(), explain ? explain(*a, e) : std::string(e.what()));
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help arrives here too, with exit code 0.
+    return app.exit(e, out, err) == 0 ? kExitOk : kExitUsage;
+  }
+  return std::nullopt;
+}
+
+CLI::Validator one_of(std::vector<std::string> names) {
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  return CLI::Validator(
+      [names = std::move(names), list](std::string& text) {
+        for (const auto& n : names)
+          if (text == n) return std::string();
+        return "must be one of " + list + ", got '" + printable(text) + "'";
+      },
+      "");
+}
 
 CLI::Validator in_range(std::int64_t min, std::int64_t max) {
   return integer_rule(min, max, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]", false);
