@@ -116,3 +116,25 @@ TEST_CASE("tile_shape gives each family's score block from its own knobs (issue 
   REQUIRE(!none.ok());
   CHECK(has(none.error().message(), "no kernel family"));
 }
+
+TEST_CASE("parse_tiling without a family takes the family whose knobs the text spells (issue 21 G6)") {
+  // Each family's tilings are told apart by their letters alone.
+  for (const auto* a : kernel_families())
+    for (const auto* b : kernel_families())
+      if (a != b) CHECK(a->knobs().form() != b->knobs().form());
+  for (const auto* f : kernel_families()) {
+    const Tiling t = f->default_tiling(Arch::parse("sm_90a").value(), Semantics{}, nullptr);
+    auto back = parse_tiling("", t.name());
+    REQUIRE(back.ok());
+    CHECK(back.value() == t);
+  }
+  auto big = parse_tiling("", "m4294967424n64w4s2");
+  REQUIRE(!big.ok());
+  CHECK(has(big.error().message(), "a fa2_sm80 tiling looks like"));
+  CHECK(has(big.error().message(), "block_m 4294967424 has more than 6 digits"));
+  auto none = parse_tiling("", "q1");
+  REQUIRE(!none.ok());
+  CHECK(has(none.error().message(), "'q1' is not a tiling of any family"));
+  for (const auto* f : kernel_families()) CHECK(has(none.error().message(), f->knobs().form().c_str()));
+  CHECK(has(parse_tiling("fa9", "m1").error().message(), "unknown kernel family 'fa9'"));
+}

@@ -245,3 +245,36 @@ TEST_CASE("range refusals are one short line naming the flag and the rule (issue
   }
   CHECK(missing_or_empty(cache));
 }
+
+TEST_CASE("a refused tiling names what the caller set and the form of the chosen family's tilings (issue 21 G6)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto refusal = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args{"warmup", "--arch", "sm_80,sm_90a", "--head-dim", "64", "--dry-run", "--cache-dir", cache};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  const std::string fa2_form = "a fa2_sm80 tiling looks like m<block_m>n<block_n>w<warps>s<stages>";
+  const std::string decode_form = "a decode_sm80 tiling looks like r<row_tiles>w<warps>k<warp_keys>s<stages>p<splits>";
+  const std::string fa3_form = "a fa3_sm90 tiling looks like g<warpgroups>n<block_n>s<stages>p<persistent>c<cluster>";
+  // The issue's reproducer: the named family's form, the text as typed.
+  const std::string decode = refusal({"--family", "decode_sm80", "--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(decode, decode_form + ", got 'm4294967424n64w4s2'"), decode);
+  CHECK_FALSE(contains(decode, "block_m"));
+  // A number the family's form allows no room for is named, as typed, with its knob.
+  const std::string fa2 = refusal({"--family", "fa2_sm80", "--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(fa2, fa2_form + ", got 'm4294967424n64w4s2': block_m 4294967424 has more than 6 digits"), fa2);
+  // No family named: the family whose knobs the text spells, not the first family tried.
+  const std::string any = refusal({"--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(any, fa2_form + ", got 'm4294967424n64w4s2': block_m 4294967424 has more than 6 digits"), any);
+  CHECK_FALSE(contains(any, "decode_sm80"));
+  const std::string leading_zero = refusal({"--tiling", "r1w08k16s2p0"});
+  CHECK_MESSAGE(contains(leading_zero, decode_form + ", got 'r1w08k16s2p0': warps 08 has a leading zero"), leading_zero);
+  // Text that spells no family's knobs: every family's form.
+  const std::string none = refusal({"--tiling", "x1y2"});
+  CHECK_MESSAGE(contains(none, "'x1y2' is not a tiling of any family"), none);
+  for (const auto& form : {fa2_form, decode_form, fa3_form}) CHECK_MESSAGE(contains(none, form.substr(2)), none);
+  CHECK(missing_or_empty(cache));
+}

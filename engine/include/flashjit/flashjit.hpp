@@ -219,7 +219,9 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// A family's tiling from its readable name: parse_tiling("fa2_sm80", "m128n64w4s2").
+// A family's tiling from its readable name: parse_tiling("fa2_sm80", "m128n64w4s2"). With an empty
+// family, the family whose knob letters the text spells (each family's are its own). A refusal
+// quotes the text and shows the form that family's tilings take.
 Result<Tiling> parse_tiling(const std::string& family, const std::string& text);
 
 // The names of every kernel family, in the priority order the engine tries them.
