@@ -9,12 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
@@ -83,6 +85,30 @@ inline ProgramRun run_program(const std::string& path, std::vector<std::string> 
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A command line the tool must refuse, and what its message must say (the argument, the rule).
+struct UsageCase {
+  std::vector<std::string> args;
+  std::string says;
+};
+
+// Runs `flashjit <command...> <case args...>` for each case and checks a usage error: exit code
+// 2, stderr saying what the case says, nothing on stdout; `also` checks more of each.
+inline void check_usage_errors(const std::vector<std::string>& command, const std::vector<UsageCase>& cases,
+                               const std::function<void(const CliResult&)>& also = {}) {
+  for (const auto& c : cases) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(contains(r.err, c.says), r.err);
+    CHECK(r.out.empty());
+    if (also) also(r);
+  }
+}
 
 // Whether `dir` is missing or holds nothing at all.
 inline bool missing_or_empty(const std::string& dir) {

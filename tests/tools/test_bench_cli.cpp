@@ -23,11 +23,7 @@ TEST_CASE("range refusals are one short line naming the flag and the rule (issue
 }
 
 TEST_CASE("a bad command line exits 2 naming the flag, never CLI11's own codes or a division by zero (issue 21 G11)") {
-  struct Case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<Case> cases{
+  const std::vector<UsageCase> cases{
       {{"--bogus"}, "--bogus"},
       {{"--tokens"}, "--tokens"},
       {{"--seqs", "0"}, "--seqs: must be at least 1, got 0"},

@@ -52,11 +52,7 @@ TEST_CASE("no subcommand, or an unknown one, is a usage error") {
 TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
   TempDir dir;
   const std::string cache = dir / "cache";
-  struct Case {
-    std::vector<std::string> args;
-    std::string names;  // the argument the message must name
-  };
-  const std::vector<Case> cases{
+  check_usage_errors({"warmup", "--cache-dir", cache}, {
       {{"--arch", "sm_7x", "--head-dim", "64"}, "--arch"},
       {{"--arch", "sm_80,sm_7x", "--head-dim", "64"}, "sm_7x"},
       {{"--arch", "sm_75", "--head-dim", "64"}, "--arch"},
@@ -71,19 +67,7 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--variants", dir / "none.json"}, "--variants"},
       {{"--arch", "sm_80"}, "nothing to compile"},
       {{"--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{"warmup", "--cache-dir", cache};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    std::string cmd;
-    for (const auto& a : args) cmd += a + " ";
-    CAPTURE(cmd);
-    auto r = run_flashjit(args);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(contains(r.err, c.names), r.err);
-    CHECK(r.out.empty());
-    CHECK(missing_or_empty(cache));
-  }
+  }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
 }
 
 TEST_CASE("warmup --dry-run lists the plan and writes nothing") {
@@ -187,62 +171,37 @@ TEST_CASE("feature flags honour true/false values and refuse any other (issue 21
     CHECK_MESSAGE(contains(names, "fa2_sm80-"), names);
     CHECK_FALSE(contains(names, "window"));
   }
-  struct Case {
-    std::vector<std::string> args;
-    std::string flag;
-  };
-  const std::vector<Case> refused{
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--softcap=1e99"}, "--softcap"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--paged=abc"}, "--paged"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--window=2"}, "--window"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--gqa=on"}, "--gqa"},
-      {{"tune", "--head-dim", "64", "--softcap=xyz"}, "--softcap"},
-  };
-  for (const auto& c : refused) {
-    std::vector<std::string> args = c.args;
-    args.insert(args.end(), {"--cache-dir", cache});
-    std::string cmd;
-    for (const auto& a : args) cmd += a + " ";
-    CAPTURE(cmd);
-    auto r = run_flashjit(args);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(contains(r.err, c.flag + ": "), r.err);
-    CHECK_MESSAGE(contains(r.err, "takes no value (on) or =true/false"), r.err);  // the rule
+  const auto names_the_rule = [](const CliResult& r) {
+    CHECK_MESSAGE(contains(r.err, "takes no value (on) or =true/false"), r.err);
     CHECK_FALSE(contains(r.err, "stoll"));
-  }
+  };
+  check_usage_errors({"warmup", "--cache-dir", cache, "--arch", "sm_80", "--head-dim", "64", "--dry-run"},
+                     {{{"--softcap=1e99"}, "--softcap: "},
+                      {{"--paged=abc"}, "--paged: "},
+                      {{"--window=2"}, "--window: "},
+                      {{"--gqa=on"}, "--gqa: "}},
+                     names_the_rule);
+  check_usage_errors({"tune", "--cache-dir", cache, "--head-dim", "64"}, {{{"--softcap=xyz"}, "--softcap: "}}, names_the_rule);
   CHECK(missing_or_empty(cache));
 }
 
 TEST_CASE("range refusals are one short line naming the flag and the rule (issue 21 G9)") {
   TempDir dir;
   const std::string cache = dir / "cache";
-  struct Case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<Case> cases{
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads: must be at least 1, got 0"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "x"}, "--threads: must be an integer, got 'x'"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--threads", "4294967297"},
-       "--threads: must be at most 2147483647, got 4294967297"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "300"}, "--head-dim: must be in [1, 256], got 300"},
-      {{"warmup", "--arch", "sm_80", "--head-dim", "64", "--vec", "0"}, "--vec: must be in [1, 8], got 0"},
-      {{"tune", "--head-dim", "64", "--device", "-1"}, "--device: must be at least 0, got -1"},
-      {{"tune", "--head-dim", "64", "--seq", "4096,0"}, "--seq: must be in [1, 1073741824], got 0"},
-      {{"tune", "--head-dim", "64", "--seq-k", "0x10"}, "--seq-k: must be an integer, got '0x10'"},
-      {{"tune", "--head-dim", "64", "--batch-heads", "0"}, "--batch-heads: must be in [1, "},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args = c.args;
-    args.insert(args.end(), {"--cache-dir", cache});
-    std::string cmd;
-    for (const auto& a : args) cmd += a + " ";
-    CAPTURE(cmd);
-    auto r = run_flashjit(args);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(contains(r.err, c.says), r.err);
-    CHECK_MESSAGE(r.err.size() < 160, r.err);
-  }
+  const auto is_short = [](const CliResult& r) { CHECK_MESSAGE(r.err.size() < 160, r.err); };
+  check_usage_errors({"warmup", "--cache-dir", cache, "--arch", "sm_80"},
+                     {{{"--head-dim", "64", "--threads", "0"}, "--threads: must be at least 1, got 0"},
+                      {{"--head-dim", "64", "--threads", "x"}, "--threads: must be an integer, got 'x'"},
+                      {{"--head-dim", "64", "--threads", "4294967297"}, "--threads: must be at most 2147483647, got 4294967297"},
+                      {{"--head-dim", "300"}, "--head-dim: must be in [1, 256], got 300"},
+                      {{"--head-dim", "64", "--vec", "0"}, "--vec: must be in [1, 8], got 0"}},
+                     is_short);
+  check_usage_errors({"tune", "--cache-dir", cache, "--head-dim", "64"},
+                     {{{"--device", "-1"}, "--device: must be at least 0, got -1"},
+                      {{"--seq", "4096,0"}, "--seq: must be in [1, 1073741824], got 0"},
+                      {{"--seq-k", "0x10"}, "--seq-k: must be an integer, got '0x10'"},
+                      {{"--batch-heads", "0"}, "--batch-heads: must be in [1, "}},
+                     is_short);
   CHECK(missing_or_empty(cache));
 }
 
