@@ -127,30 +127,41 @@ std::string tags_of(const Tiling& t, bool code_only) {
 std::string Tiling::name() const { return tags_of(*this, false); }
 std::string Tiling::code_name() const { return tags_of(*this, true); }
 
+std::string KnobTable::form() const {
+  std::string f;
+  for (const Knob& k : knobs) f += std::string(k.tag) + "<" + k.name + ">";
+  return f;
+}
+
 Result<Tiling> Tiling::parse(const KnobTable& table, std::string_view text) {
-  std::string form;
-  for (const Knob& k : table.knobs) form += std::string(k.tag) + "<" + k.name + ">";
-  const auto bad = [&] {
-    return Error(Code::invalid_argument,
-                 std::string("a ") + table.family + " tiling looks like " + form + ", got '" + printable(text) + "'");
+  // Every refusal shows the family's form and the text as given; a number the form cannot take
+  // is also named with its knob, digits as typed.
+  const auto bad = [&](const std::string& why = "") {
+    return Error(Code::invalid_argument, std::string("a ") + table.family + " tiling looks like " + table.form() +
+                                             ", got '" + printable(text) + "'" + (why.empty() ? "" : ": " + why));
   };
+  // At most 6 digits: knob values are tile sizes and counts, far below a million.
+  constexpr std::size_t kMaxDigits = 6;
   Tiling t;
   t.table = &table;
   std::size_t pos = 0;
   for (std::size_t i = 0; i < table.knobs.size(); ++i) {
-    const std::string_view tag = table.knobs[i].tag;
+    const Knob& knob = table.knobs[i];
+    const std::string_view tag = knob.tag;
     if (text.substr(pos, tag.size()) != tag) return bad();
     pos += tag.size();
-    // At most 6 digits: knob values are tile sizes and counts, far below a million.
-    constexpr std::size_t kMaxDigits = 6;
-    std::size_t digits = 0;
+    const std::size_t start = pos;
+    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
+    const std::string_view digits = text.substr(start, pos - start);
+    if (digits.empty()) return bad();
+    if (digits.size() > kMaxDigits)
+      return bad(std::string(knob.name) + " " + printable(digits) + " has more than " + std::to_string(kMaxDigits) + " digits");
+    if (digits.size() > 1 && digits[0] == '0') return bad(std::string(knob.name) + " " + std::string(digits) + " has a leading zero");
     int v = 0;
-    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9' && digits < kMaxDigits)
-      v = v * 10 + (text[pos++] - '0'), ++digits;
-    if (digits == 0) return bad();
+    for (char c : digits) v = v * 10 + (c - '0');
     t.values[i] = v;
   }
-  if (pos != text.size() || t.name() != text) return bad();  // trailing text or leading zeros
+  if (pos != text.size()) return bad();  // trailing text
   return t;
 }
 

@@ -15,6 +15,7 @@
 
 #include "autotune/autotuner.hpp"
 #include "autotune/problem_bucket.hpp"
+#include "base/printable.hpp"
 #include "device_context.hpp"
 #include "kernel_loader.hpp"
 #include "nvrtc_library.hpp"
@@ -63,10 +64,39 @@ LseView LseView::contiguous(float* data, std::int64_t b, std::int64_t h, std::in
   return l;
 }
 
+namespace {
+
+// Whether `text` has `knobs`' tags, in order, with only digits between them.
+bool spells_tags(const KnobTable& knobs, const std::string& text) {
+  std::string letters, tags;
+  for (char c : text)
+    if (c < '0' || c > '9') letters += c;
+  for (const Knob& k : knobs.knobs) tags += k.tag;
+  return letters == tags;
+}
+
+}  // namespace
+
 Result<Tiling> parse_tiling(const std::string& family, const std::string& text) {
+  if (family.empty()) {
+    // Each family's tilings have letters of their own, so the letters name the family; the
+    // caller then hears that family's rules, not those of whichever family comes first.
+    std::string forms;
+    for (const auto* f : kernel_families()) {
+      if (spells_tags(f->knobs(), text)) return Tiling::parse(f->knobs(), text);
+      forms += std::string(forms.empty() ? "" : "; ") + "a " + f->name() + " tiling looks like " + f->knobs().form();
+    }
+    return Error(Code::invalid_argument, "'" + printable(text) + "' is not a tiling of any family: " + forms);
+  }
   const KnobTable* knobs = family_knobs(family);
   if (!knobs) return Error(Code::invalid_argument, "unknown kernel family '" + family + "'");
   return Tiling::parse(*knobs, text);
+}
+
+Result<TileShape> tile_shape(const Tiling& tiling) {
+  const KernelFamily* f = tiling.table ? find_family(tiling.table->family) : nullptr;
+  if (!f) return Error(Code::invalid_argument, "tile_shape: the tiling belongs to no kernel family");
+  return f->tile_shape(tiling);
 }
 
 std::vector<std::string> kernel_family_names() {

@@ -13,6 +13,7 @@
 
 #include "base/problem_shape.hpp"
 #include "device_context.hpp"
+#include "flashjit/flashjit.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 #include "launch_plan.hpp"
@@ -50,6 +51,8 @@ class KernelFamily {
   }
   // Every tiling worth timing on this arch (structurally valid and fitting shared memory).
   virtual std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const = 0;
+  // The score block one CTA computes at a time under a tiling of this family (see tile_shape()).
+  virtual TileShape tile_shape(const Tiling& t) const = 0;
   // The kernels of a variant's module, in the order launch plans refer to them.
   virtual std::vector<EntryPoint> entry_points(const KernelVariant& v) const = 0;
   // Device workspace one call needs (split-KV partials; most families need none), and how many

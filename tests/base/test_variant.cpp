@@ -108,6 +108,16 @@ TEST_CASE("tiling names round-trip through their family's knob table") {
     CHECK_MESSAGE(!r.ok(), text);
     if (!r.ok()) CHECK(r.error().message().find("m<block_m>n<block_n>w<warps>s<stages>") != std::string::npos);
   }
+  // The knob whose number is wrong is named with the digits as typed (issue 21 G6).
+  auto big = Tiling::parse(kKnobs, "m4294967424n64w4s2");
+  REQUIRE(!big.ok());
+  CHECK(big.error().message() ==
+        "a test_family tiling looks like m<block_m>n<block_n>w<warps>s<stages>, got 'm4294967424n64w4s2': "
+        "block_m 4294967424 has more than 6 digits");
+  auto zero = Tiling::parse(kKnobs, "m64n032w4s2");
+  REQUIRE(!zero.ok());
+  CHECK(zero.error().message().find("block_n 032 has a leading zero") != std::string::npos);
+  CHECK(kKnobs.form() == "m<block_m>n<block_n>w<warps>s<stages>");
   // Tilings of different tables never compare equal, whatever their values.
   const KnobTable other{"other_family", kKnobs.knobs};
   CHECK(Tiling(other, {64, 32, 4, 3}) != t);

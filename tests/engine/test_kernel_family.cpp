@@ -2,6 +2,7 @@
 // shared-memory pruning, the rendered source, the embedded templates.
 #include <doctest/doctest.h>
 
+#include "flashjit/flashjit.hpp"
 #include "kernel_family.hpp"
 #include "kernel_source.hpp"
 #include "template_store.hpp"
@@ -86,4 +87,54 @@ TEST_CASE("fa2_sm80 tiling rules and shared-memory pruning") {
   }
   CHECK(has(check_variant({f->name(), s, fa2({256, 256, 8, 4})}, sm86).error().message(), "shared memory"));
   CHECK(has(check_variant({"nope", s, fa2({128, 64, 4, 2})}, sm86).error().message(), "unknown kernel family"));
+}
+
+TEST_CASE("tile_shape gives each family's score block from its own knobs (issue 21 G11)") {
+  // fa3_sm90 has no block_m: its rows are 64 per consumer warpgroup (flashjit-bench read
+  // block_m by name and indexed the tiling at -1 there).
+  CHECK(family_knobs("fa3_sm90")->index("block_m") == -1);
+  const auto shape = [](const char* family, const char* text) { return tile_shape(parse_tiling(family, text).value()); };
+  auto fa2 = shape("fa2_sm80", "m128n64w4s2");
+  REQUIRE(fa2.ok());
+  CHECK(fa2->rows == 128);
+  CHECK(fa2->keys == 64);
+  auto fa3 = shape("fa3_sm90", "g2n176s2p0c1");
+  REQUIRE(fa3.ok());
+  CHECK(fa3->rows == 128);
+  CHECK(fa3->keys == 176);
+  auto decode = shape("decode_sm80", "r2w8k16s2p0");  // 2 row tiles of 16; 8 warps x 16 keys
+  REQUIRE(decode.ok());
+  CHECK(decode->rows == 32);
+  CHECK(decode->keys == 128);
+  for (const auto* f : kernel_families()) {
+    CAPTURE(f->name());
+    const Tiling t = f->default_tiling(Arch::parse("sm_90a").value(), Semantics{}, nullptr);
+    CHECK(tile_shape(t)->rows > 0);
+    CHECK(tile_shape(t)->keys > 0);
+  }
+  auto none = tile_shape(Tiling{});
+  REQUIRE(!none.ok());
+  CHECK(has(none.error().message(), "no kernel family"));
+}
+
+TEST_CASE("parse_tiling without a family takes the family whose knobs the text spells (issue 21 G6)") {
+  // Each family's tilings are told apart by their letters alone.
+  for (const auto* a : kernel_families())
+    for (const auto* b : kernel_families())
+      if (a != b) CHECK(a->knobs().form() != b->knobs().form());
+  for (const auto* f : kernel_families()) {
+    const Tiling t = f->default_tiling(Arch::parse("sm_90a").value(), Semantics{}, nullptr);
+    auto back = parse_tiling("", t.name());
+    REQUIRE(back.ok());
+    CHECK(back.value() == t);
+  }
+  auto big = parse_tiling("", "m4294967424n64w4s2");
+  REQUIRE(!big.ok());
+  CHECK(has(big.error().message(), "a fa2_sm80 tiling looks like"));
+  CHECK(has(big.error().message(), "block_m 4294967424 has more than 6 digits"));
+  auto none = parse_tiling("", "q1");
+  REQUIRE(!none.ok());
+  CHECK(has(none.error().message(), "'q1' is not a tiling of any family"));
+  for (const auto* f : kernel_families()) CHECK(has(none.error().message(), f->knobs().form().c_str()));
+  CHECK(has(parse_tiling("fa9", "m1").error().message(), "unknown kernel family 'fa9'"));
 }

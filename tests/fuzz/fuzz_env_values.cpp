@@ -13,6 +13,7 @@
 #include "cache/byte_size.hpp"
 #include "cache/cache_dir.hpp"
 #include "flashjit/flashjit.hpp"
+#include "base/printable.hpp"
 #include "flashjit/variant.hpp"
 #include "fuzz_support.hpp"
 #include "variant_spec.hpp"
@@ -58,12 +59,23 @@ void fuzz_arch(const std::string& text) {
   if (r.ok()) fuzz::check(Arch::parse(r->name()).value() == r.value(), "arch name does not parse back", text);
 }
 
+// Every refusal quotes the text as given (issue 21 G6), and a tiling with no family named is
+// the one family whose tiling it is.
 void fuzz_tiling(const std::string& text) {
+  const std::string quoted = "'" + printable(text) + "'";
+  int accepted_by = 0;
   for (const std::string& family : kernel_family_names()) {
     auto r = parse_tiling(family, text);
     check_refusal(r, "tiling message has raw bytes");
     if (r.ok()) fuzz::check(r->name() == text, "accepted a tiling that is not its own name", text);
+    if (!r.ok()) fuzz::check(r.error().message().find(quoted) != std::string::npos, "tiling refusal misquotes the text", text);
+    accepted_by += r.ok();
   }
+  auto any = parse_tiling("", text);
+  check_refusal(any, "tiling message has raw bytes");
+  fuzz::check(accepted_by <= 1, "two families accept one tiling", text);
+  fuzz::check(any.ok() == (accepted_by == 1), "parse_tiling without a family disagrees with the families", text);
+  if (!any.ok()) fuzz::check(any.error().message().find(quoted) != std::string::npos, "tiling refusal misquotes the text", text);
 }
 
 void fuzz_dtype_mask(const std::string& text) {

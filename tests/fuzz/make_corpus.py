@@ -177,7 +177,13 @@ for name, value in [("arch_sm90a", b"sm_90a"), ("arch_four_digits", b"sm_1000f")
                     ("arch_escape", b"sm_\x1b[2J")]:
     write(e, name, ARCH + value)
 for name, value in [("tiling_ok", b"m128n64w4s2"), ("tiling_overflow", b"m99999999999n64w4s2"),
-                    ("tiling_sign", b"m-64n64w4s2"), ("tiling_leading_zero", b"m064n64w4s2")]:
+                    ("tiling_sign", b"m-64n64w4s2"), ("tiling_leading_zero", b"m064n64w4s2"),
+                    # Issue 21, G6: 2^32 + 128 in an fa2 form given to decode_sm80 (or to no family),
+                    # 2^32 + 1 in decode's own form, and letters of no family.
+                    ("issue21_G6_fa2_form_2p32_plus_128", b"m4294967424n64w4s2"),
+                    ("issue21_G6_decode_form_2p32_plus_1", b"r4294967297w4k16s2p0"),
+                    ("tiling_decode_ok", b"r1w8k16s2p0"), ("tiling_fa3_ok", b"g2n176s2p0c1"),
+                    ("tiling_no_family", b"x1y2")]:
     write(e, name, TILING + value)
 write(e, "dtype_bf16", DTYPE_MASK + b"bf16")
 write(e, "printable_escapes_and_utf8", PRINTABLE + b"\x10caf\xc3\xa9 \x1b[31m\xe2\x80\xae\xf0\x9f\x98\x80\xc0\xaf\\")

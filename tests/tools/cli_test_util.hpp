@@ -1,17 +1,22 @@
-// Helpers for the flashjit CLI tests: run the tool in-process with captured streams, in a
-// private temp folder per test (TempDir, from tests/support/test_support.hpp).
+// Helpers for the CLI tests: run the flashjit tool in-process with captured streams, or any built
+// tool in a fresh process, in a private temp folder per test (TempDir, from
+// tests/support/test_support.hpp).
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
@@ -46,7 +51,64 @@ inline CliResult run_flashjit(std::vector<std::string> args) {
   return r;
 }
 
+struct ProgramRun {
+  int code = -1;       // exit code, 128 + signal if killed, -1 if it could not start
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the program at `path` with `args` in a fresh process, with `env` (name, value) added to its
+// environment.
+inline ProgramRun run_program(const std::string& path, std::vector<std::string> args,
+                              const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  args.insert(args.begin(), path);
+  ProgramRun r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, std::size_t(n));
+  ::close(fds[0]);
+  r.code = test_support::wait_child(pid);
+  return r;
+}
+
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A command line the tool must refuse, and what its message must say (the argument, the rule).
+struct UsageCase {
+  std::vector<std::string> args;
+  std::string says;
+};
+
+// Runs `flashjit <command...> <case args...>` for each case and checks a usage error: exit code
+// 2, stderr saying what the case says, nothing on stdout; `also` checks more of each.
+inline void check_usage_errors(const std::vector<std::string>& command, const std::vector<UsageCase>& cases,
+                               const std::function<void(const CliResult&)>& also = {}) {
+  for (const auto& c : cases) {
+    std::vector<std::string> args = command;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    std::string cmd;
+    for (const auto& a : args) cmd += a + " ";
+    CAPTURE(cmd);
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    CHECK_MESSAGE(contains(r.err, c.says), r.err);
+    CHECK(r.out.empty());
+    if (also) also(r);
+  }
+}
 
 // Whether `dir` is missing or holds nothing at all.
 inline bool missing_or_empty(const std::string& dir) {

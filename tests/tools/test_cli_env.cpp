@@ -2,10 +2,6 @@
 // fresh process (the libraries it names are opened once per process), with one variable set.
 #include <doctest/doctest.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -15,35 +11,9 @@ using namespace flashjit::tools::test;
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
-
 // Runs the flashjit binary with `name=value` added to the environment.
-Run run_tool(const std::string& name, const std::string& value, std::vector<std::string> args) {
-  args.insert(args.begin(), FLASHJIT_CLI_PATH);
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setenv(name.c_str(), value.c_str(), 1);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    ::close(fds[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  Run r;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, std::size_t(n));
-  ::close(fds[0]);
-  r.code = flashjit::test_support::wait_child(pid);
-  return r;
+ProgramRun run_tool(const std::string& name, const std::string& value, std::vector<std::string> args) {
+  return run_program(FLASHJIT_CLI_PATH, std::move(args), {{name, value}});
 }
 
 }  // namespace

@@ -63,11 +63,7 @@ TEST_CASE("workload integers are range-checked, not narrowed (issue 6, defect 6)
 }
 
 TEST_CASE("numeric flags are refused out of range, never ignored (issue 6, defect 10)") {
-  struct Case {
-    std::vector<std::string> args;
-    std::string says;
-  };
-  const std::vector<Case> cases{
+  check_usage_errors({"tune"}, {
       {{"--head-dim", "64", "--seq-k", "-5"}, "--seq-k"},
       {{"--head-dim", "64", "--seq-k", "0"}, "--seq-k"},
       {{"--head-dim", "64", "--seq", "4096,-1"}, "--seq"},
@@ -76,17 +72,7 @@ TEST_CASE("numeric flags are refused out of range, never ignored (issue 6, defec
       {{"--head-dim", "64", "--device", "-1"}, "--device"},
       {{"--head-dim", "64", "--head-dim-v", "0"}, "--head-dim-v"},
       {{"--head-dim", "-64"}, "--head-dim"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{"tune"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    std::string cmd;
-    for (const auto& a : args) cmd += a + " ";
-    CAPTURE(cmd);
-    auto r = run_flashjit(args);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(contains(r.err, c.says), r.err);
-  }
+  });
 }
 
 TEST_CASE("a bad workload path is echoed without its raw bytes") {

@@ -52,11 +52,7 @@ TEST_CASE("no subcommand, or an unknown one, is a usage error") {
 TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
   TempDir dir;
   const std::string cache = dir / "cache";
-  struct Case {
-    std::vector<std::string> args;
-    std::string names;  // the argument the message must name
-  };
-  const std::vector<Case> cases{
+  check_usage_errors({"warmup", "--cache-dir", cache}, {
       {{"--arch", "sm_7x", "--head-dim", "64"}, "--arch"},
       {{"--arch", "sm_80,sm_7x", "--head-dim", "64"}, "sm_7x"},
       {{"--arch", "sm_75", "--head-dim", "64"}, "--arch"},
@@ -71,19 +67,7 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--variants", dir / "none.json"}, "--variants"},
       {{"--arch", "sm_80"}, "nothing to compile"},
       {{"--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads"},
-  };
-  for (const auto& c : cases) {
-    std::vector<std::string> args{"warmup", "--cache-dir", cache};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    std::string cmd;
-    for (const auto& a : args) cmd += a + " ";
-    CAPTURE(cmd);
-    auto r = run_flashjit(args);
-    CHECK(r.code == 2);
-    CHECK_MESSAGE(contains(r.err, c.names), r.err);
-    CHECK(r.out.empty());
-    CHECK(missing_or_empty(cache));
-  }
+  }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
 }
 
 TEST_CASE("warmup --dry-run lists the plan and writes nothing") {
@@ -159,5 +143,97 @@ TEST_CASE("user text in errors is escaped and cut (issue 6, defect 10)") {
   auto vec = run_flashjit({"warmup", "--cache-dir", cache, "--arch", "sm_80", "--head-dim", "64", "--vec", "0"});
   CHECK(vec.code == 2);
   CHECK(contains(vec.err, "--vec"));
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("feature flags honour true/false values and refuse any other (issue 21 G4)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  // The kernels a dry run plans, as one string of names.
+  auto planned = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> args{"warmup", "--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80",
+                                  "--dry-run", "--json", "--cache-dir", cache};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_flashjit(args);
+    std::string names;
+    if (r.code != 0) return "exit " + std::to_string(r.code) + ": " + r.err;
+    const auto doc = r.json();
+    for (const auto& v : doc["variants"]) names += v["name"].get<std::string>() + " ";
+    return names;
+  };
+  for (const char* on : {"--window", "--window=true", "--window=yes", "--window=1"}) {
+    CAPTURE(on);
+    CHECK(contains(planned({on}), "-window-"));
+  }
+  for (const char* off : {"--window=false", "--window=no", "--window=0"}) {
+    CAPTURE(off);
+    const std::string names = planned({off});
+    CHECK_MESSAGE(contains(names, "fa2_sm80-"), names);
+    CHECK_FALSE(contains(names, "window"));
+  }
+  const auto names_the_rule = [](const CliResult& r) {
+    CHECK_MESSAGE(contains(r.err, "takes no value (on) or =true/false"), r.err);
+    CHECK_FALSE(contains(r.err, "stoll"));
+  };
+  check_usage_errors({"warmup", "--cache-dir", cache, "--arch", "sm_80", "--head-dim", "64", "--dry-run"},
+                     {{{"--softcap=1e99"}, "--softcap: "},
+                      {{"--paged=abc"}, "--paged: "},
+                      {{"--window=2"}, "--window: "},
+                      {{"--gqa=on"}, "--gqa: "}},
+                     names_the_rule);
+  check_usage_errors({"tune", "--cache-dir", cache, "--head-dim", "64"}, {{{"--softcap=xyz"}, "--softcap: "}}, names_the_rule);
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("range refusals are one short line naming the flag and the rule (issue 21 G9)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  const auto is_short = [](const CliResult& r) { CHECK_MESSAGE(r.err.size() < 160, r.err); };
+  check_usage_errors({"warmup", "--cache-dir", cache, "--arch", "sm_80"},
+                     {{{"--head-dim", "64", "--threads", "0"}, "--threads: must be at least 1, got 0"},
+                      {{"--head-dim", "64", "--threads", "x"}, "--threads: must be an integer, got 'x'"},
+                      {{"--head-dim", "64", "--threads", "4294967297"}, "--threads: must be at most 2147483647, got 4294967297"},
+                      {{"--head-dim", "300"}, "--head-dim: must be in [1, 256], got 300"},
+                      {{"--head-dim", "64", "--vec", "0"}, "--vec: must be in [1, 8], got 0"}},
+                     is_short);
+  check_usage_errors({"tune", "--cache-dir", cache, "--head-dim", "64"},
+                     {{{"--device", "-1"}, "--device: must be at least 0, got -1"},
+                      {{"--seq", "4096,0"}, "--seq: must be in [1, 1073741824], got 0"},
+                      {{"--seq-k", "0x10"}, "--seq-k: must be an integer, got '0x10'"},
+                      {{"--batch-heads", "0"}, "--batch-heads: must be in [1, "}},
+                     is_short);
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("a refused tiling names what the caller set and the form of the chosen family's tilings (issue 21 G6)") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto refusal = [&](std::vector<std::string> flags) {
+    std::vector<std::string> args{"warmup", "--arch", "sm_80,sm_90a", "--head-dim", "64", "--dry-run", "--cache-dir", cache};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_flashjit(args);
+    CHECK(r.code == 2);
+    return r.err;
+  };
+  const std::string fa2_form = "a fa2_sm80 tiling looks like m<block_m>n<block_n>w<warps>s<stages>";
+  const std::string decode_form = "a decode_sm80 tiling looks like r<row_tiles>w<warps>k<warp_keys>s<stages>p<splits>";
+  const std::string fa3_form = "a fa3_sm90 tiling looks like g<warpgroups>n<block_n>s<stages>p<persistent>c<cluster>";
+  // The issue's reproducer: the named family's form, the text as typed.
+  const std::string decode = refusal({"--family", "decode_sm80", "--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(decode, decode_form + ", got 'm4294967424n64w4s2'"), decode);
+  CHECK_FALSE(contains(decode, "block_m"));
+  // A number the family's form allows no room for is named, as typed, with its knob.
+  const std::string fa2 = refusal({"--family", "fa2_sm80", "--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(fa2, fa2_form + ", got 'm4294967424n64w4s2': block_m 4294967424 has more than 6 digits"), fa2);
+  // No family named: the family whose knobs the text spells, not the first family tried.
+  const std::string any = refusal({"--tiling", "m4294967424n64w4s2"});
+  CHECK_MESSAGE(contains(any, fa2_form + ", got 'm4294967424n64w4s2': block_m 4294967424 has more than 6 digits"), any);
+  CHECK_FALSE(contains(any, "decode_sm80"));
+  const std::string leading_zero = refusal({"--tiling", "r1w08k16s2p0"});
+  CHECK_MESSAGE(contains(leading_zero, decode_form + ", got 'r1w08k16s2p0': warps 08 has a leading zero"), leading_zero);
+  // Text that spells no family's knobs: every family's form.
+  const std::string none = refusal({"--tiling", "x1y2"});
+  CHECK_MESSAGE(contains(none, "'x1y2' is not a tiling of any family"), none);
+  for (const auto& form : {fa2_form, decode_form, fa3_form}) CHECK_MESSAGE(contains(none, form.substr(2)), none);
   CHECK(missing_or_empty(cache));
 }

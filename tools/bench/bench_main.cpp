@@ -5,26 +5,22 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "common/attention_case.hpp"
+#include "common/command_line.hpp"
 #include "kernel_family.hpp"
 
 using namespace flashjit;
 
 namespace {
 
-std::vector<int> parse_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::stoi(item));
-  return out;
-}
-
-// FLOPs of the key tiles fa2_sm80 visits under a window: per CTA of BLOCK_M rows, the tiles its
-// key range touches (templates/common/sequence.cuh key_range).
-double visited_flops(const tools::CaseSpec& s, const Tiling& t) {
-  const std::int64_t bm = t[t.table->index("block_m")], bn = t[t.table->index("block_n")], off = s.seqlen_k - s.seqlen_q;
+// FLOPs of the key tiles a forward call visits under a window: per CTA of `rows` query rows, the
+// tiles of `keys` keys its key range touches (templates/common/sequence.cuh key_range). Where a
+// family's rows pack query heads (decode_sm80), the count is one of rows of one head: an estimate.
+double visited_flops(const tools::CaseSpec& s, const TileShape& tile) {
+  const std::int64_t bm = tile.rows, bn = tile.keys, off = s.seqlen_k - s.seqlen_q;
   const std::int64_t left = s.window->left, right = s.mask == Mask::causal ? 0 : s.window->right;
   double tiles = 0;
   for (std::int64_t m0 = 0; m0 < s.seqlen_q; m0 += bm) {
@@ -36,36 +32,56 @@ double visited_flops(const tools::CaseSpec& s, const Tiling& t) {
   return 2.0 * s.batch * s.heads_q * tiles * double(bm * bn) * double(s.head_dim_qk + s.head_dim_v);
 }
 
+// The grid keeps heads * head dim at --hidden.
+int query_heads(int hidden, int head_dim) { return std::max(1, hidden / head_dim); }
+
+// "flashjit-bench: --option: rule" on stderr; the exit code of a bad command line.
+int usage_error(const std::string& message) {
+  std::fputs(tools::usage_message("flashjit-bench", message).c_str(), stderr);
+  return tools::kExitUsage;
+}
+
 int run(int argc, char** argv) {
-  CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)"};
-  std::string dims = "64,128", seqs = "4096,16384", dtype = "f16", tilings = "default", json_path, causal = "both",
-              family_name;
+  CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)", "flashjit-bench"};
+  std::vector<int> dims{64, 128}, seqs{4096, 16384};
+  std::string dtype = "f16", tilings = "default", json_path, causal = "both", family_name;
   int tokens = 16384, hidden = 2048, group = 1, warmup = 5, reps = 20;
-  app.add_option("--dims", dims, "head dims, comma separated")->capture_default_str();
-  app.add_option("--seqs", seqs, "sequence lengths, comma separated")->capture_default_str();
-  app.add_option("--tokens", tokens, "batch * seq, fixed across the grid")->capture_default_str();
-  app.add_option("--hidden", hidden, "heads * head dim, fixed across the grid")->capture_default_str();
-  app.add_option("--group", group, "query heads per key/value head (GQA, MQA); must divide the query heads")
-      ->check(CLI::PositiveNumber)
+  // Every count below divides or bounds a loop: each must be at least 1 (--warmup at least 0).
+  app.add_option("--dims", dims, "head dims, comma separated")->delimiter(',')->check(tools::at_least(1))->capture_default_str();
+  app.add_option("--seqs", seqs, "sequence lengths, comma separated")
+      ->delimiter(',')
+      ->check(tools::at_least(1))
       ->capture_default_str();
-  app.add_option("--dtype", dtype, "f16, bf16, f32 or tf32")->capture_default_str();
-  app.add_option("--causal", causal, "no, yes or both")->capture_default_str();
+  app.add_option("--tokens", tokens, "batch * seq, fixed across the grid")->check(tools::at_least(1))->capture_default_str();
+  app.add_option("--hidden", hidden, "heads * head dim, fixed across the grid")->check(tools::at_least(1))->capture_default_str();
+  app.add_option("--group", group, "query heads per key/value head (GQA, MQA); must divide the query heads")
+      ->check(tools::at_least(1))
+      ->capture_default_str();
+  app.add_option("--dtype", dtype, "f16, bf16, f32 or tf32")->check(tools::one_of({"f16", "bf16", "f32", "tf32"}))->capture_default_str();
+  app.add_option("--causal", causal, "no, yes or both")->check(tools::one_of({"no", "yes", "both"}))->capture_default_str();
   app.add_option("--tilings", tilings, "default, all (every candidate), or a list like m128n64w4s2,m64n64w4s2")
       ->capture_default_str();
-  app.add_option("--family", family_name, "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90, ...)");
-  app.add_option("--warmup", warmup, "untimed calls first")->capture_default_str();
-  app.add_option("--reps", reps, "timed calls; the median is reported")->capture_default_str();
+  app.add_option("--family", family_name, "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90, ...)")
+      ->check(tools::one_of(kernel_family_names()));
+  app.add_option("--warmup", warmup, "untimed calls first")->check(tools::at_least(0))->capture_default_str();
+  app.add_option("--reps", reps, "timed calls; the median is reported")->check(tools::at_least(1))->capture_default_str();
   app.add_option("--json", json_path, "also write results as JSON to this file");
   std::vector<std::int64_t> window;
   app.add_option("--window", window, "sliding window LEFT,RIGHT (-1: unbounded); TFLOP/s then count the key tiles visited")
       ->delimiter(',')
       ->expected(2);
-  CLI11_PARSE(app, argc, argv);
+  app.callback([&] {
+    for (int d : dims)
+      if (query_heads(hidden, d) % group != 0)
+        throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
+                                                  std::to_string(query_heads(hidden, d)) + " query heads of D=" + std::to_string(d));
+  });
+  if (auto code = tools::parse_command_line(app, argc, argv, std::cout, std::cerr)) return *code;
 
   auto gpu = tools::GpuContext::open(0);
   if (!gpu.ok()) {
     std::fprintf(stderr, "flashjit-bench needs a GPU: %s\n", gpu.error().to_string().c_str());
-    return 2;
+    return tools::kExitFailed;
   }
   auto engine = Engine::create().value();
   const auto& info = gpu->info();
@@ -75,32 +91,29 @@ int run(int argc, char** argv) {
 
   tools::CaseSpec base;
   if (!window.empty()) base.window = Window{window[0], window[1]};
+  // --dtype is one of these four (checked as parsed).
   if (dtype == "f16") base.dtype = DType::f16;
   else if (dtype == "bf16") base.dtype = DType::bf16;
   else if (dtype == "f32") base.dtype = DType::f32;
   else if (dtype == "tf32") base.dtype = DType::f32, base.fp32_math = Fp32Math::tf32;
-  else throw CLI::ValidationError("--dtype", "must be f16, bf16, f32 or tf32");
   std::vector<bool> masks;
   if (causal != "yes") masks.push_back(false);
   if (causal != "no") masks.push_back(true);
 
   nlohmann::json results = nlohmann::json::array();
   std::printf("%-5s %-6s %-6s %-4s %-14s %9s %9s\n", "D", "S", "causal", "B", "tiling", "ms", "TFLOP/s");
-  for (int d : parse_list(dims)) {
-    for (int s : parse_list(seqs)) {
+  for (int d : dims) {
+    for (int s : seqs) {
       tools::CaseSpec spec = base;
       spec.batch = std::max(1, tokens / s);
       spec.seqlen_q = spec.seqlen_k = s;
-      spec.heads_q = std::max(1, hidden / d);
-      if (spec.heads_q % group != 0)
-        throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
-                                                  std::to_string(spec.heads_q) + " query heads of D=" + std::to_string(d));
+      spec.heads_q = query_heads(hidden, d);  // --group divides it (checked as parsed)
       spec.heads_kv = spec.heads_q / group;
       spec.head_dim_qk = spec.head_dim_v = d;
       auto c = tools::AttentionCase::create(*gpu, spec, /*keep_host=*/false);
       if (!c.ok()) {
         std::fprintf(stderr, "%s\n", c.error().to_string().c_str());
-        return 1;
+        return tools::kExitFailed;
       }
       for (bool m : masks) {
         AttentionArgs args = c->args();
@@ -108,10 +121,9 @@ int run(int argc, char** argv) {
         spec.mask = args.mask;
         KernelVariant variant = engine->plan(args, arch.name()).value().variant;
         if (!family_name.empty()) {
-          const KernelFamily* f = find_family(family_name);
-          if (!f) throw CLI::ValidationError("--family", "no kernel family named '" + family_name + "'");
+          const KernelFamily* f = find_family(family_name);  // a known name (checked as parsed)
           if (const char* why = f->refusal(arch, variant.semantics, nullptr))
-            throw CLI::ValidationError("--family", family_name + " refuses this problem: " + why);
+            return usage_error("--family: " + family_name + " refuses this problem on " + arch.name() + ": " + why);
           variant.family = f->name();
           const ProblemShape shape{spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads_q, spec.heads_kv};
           variant.tiling = f->default_tiling(arch, variant.semantics, &shape);
@@ -124,12 +136,12 @@ int run(int argc, char** argv) {
             std::string t;
             std::getline(ss, t, ',');
             auto parsed = parse_tiling(variant.family, t);
-            if (!parsed.ok()) throw CLI::ValidationError("--tilings", parsed.error().message());
+            if (!parsed.ok()) return usage_error("--tilings: " + parsed.error().message());
             list.push_back(parsed.value());
           }
         for (const Tiling& t : list) {
           auto ms = tools::time_ms(gpu->driver(), [&](int) { return engine->forward_with_tiling(args, t); }, warmup, reps);
-          const double flops = spec.window ? visited_flops(spec, t) : tools::attention_flops(spec);
+          const double flops = spec.window ? visited_flops(spec, tile_shape(t).value()) : tools::attention_flops(spec);
           const double tflops = ms.ok() ? flops / (ms.value() * 1e-3) / 1e12 : 0;
           std::printf("%-5d %-6d %-6s %-4lld %-14s %9.3f %9.1f%s\n", d, s, m ? "yes" : "no", (long long)spec.batch,
                       t.name().c_str(), ms.ok() ? ms.value() : 0.0, tflops, t == variant.tiling ? "  (default)" : "");

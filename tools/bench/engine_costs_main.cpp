@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "common/attention_case.hpp"
+#include "common/command_line.hpp"
 #include "compiler.hpp"
 #include "kernel_loader.hpp"
 #include "kernel_source.hpp"
@@ -254,14 +256,19 @@ int cold_compile(nlohmann::json& out) {
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "first-launch-child") return first_launch_child();
-  CLI::App app{"flashjit-engine-bench: host-side costs of the engine (dispatch, first launch, cold compile)"};
+  CLI::App app{"flashjit-engine-bench: host-side costs of the engine (dispatch, first launch, cold compile)",
+               "flashjit-engine-bench"};
   std::string what = "all", json_path;
   int calls = 200, processes = 3;
-  app.add_option("what", what, "dispatch, first-launch, cold-compile or all")->capture_default_str();
-  app.add_option("--calls", calls, "forward() calls per dispatch round (kept below the launch queue depth)")->capture_default_str();
-  app.add_option("--processes", processes, "fresh processes for first-launch")->capture_default_str();
+  app.add_option("what", what, "dispatch, first-launch, cold-compile or all")
+      ->check(tools::one_of({"dispatch", "first-launch", "cold-compile", "all"}))
+      ->capture_default_str();
+  app.add_option("--calls", calls, "forward() calls per dispatch round (kept below the launch queue depth)")
+      ->check(tools::at_least(1))
+      ->capture_default_str();
+  app.add_option("--processes", processes, "fresh processes for first-launch")->check(tools::at_least(1))->capture_default_str();
   app.add_option("--json", json_path, "write the numbers as JSON");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tools::parse_command_line(app, argc, argv, std::cout, std::cerr)) return *code;
   nlohmann::json out;
   int rc = 0;
   if (what == "cold-compile" || what == "all") rc |= cold_compile(out);

@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <mutex>
 #include <thread>
 
 #include "common/attention_case.hpp"
+#include "common/command_line.hpp"
 
 using namespace flashjit;
 
@@ -96,16 +98,20 @@ int run_on_gpu(Engine& engine, const tools::GpuContext& gpu) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"flashjit-demo: specialize, compile and (with a GPU) run and check fused attention"};
+  CLI::App app{"flashjit-demo: specialize, compile and (with a GPU) run and check fused attention", "flashjit-demo"};
   std::vector<std::string> archs{"sm_80", "sm_90a"};
   int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   bool no_gpu = false;
-  app.add_option("--arch", archs, "archs to compile for without a GPU")->capture_default_str();
-  app.add_option("--threads", threads, "compile threads")->capture_default_str();
+  const CLI::Validator arch_name(
+      [](std::string& a) {
+        auto p = Arch::parse(a);
+        return p.ok() ? std::string() : p.error().message();
+      },
+      "");
+  app.add_option("--arch", archs, "archs to compile for without a GPU")->check(arch_name)->capture_default_str();
+  app.add_option("--threads", threads, "compile threads")->check(tools::at_least(1))->capture_default_str();
   app.add_flag("--no-gpu", no_gpu, "compile only, even where a GPU is present");
-  CLI11_PARSE(app, argc, argv);
-  for (const auto& a : archs)
-    if (auto p = Arch::parse(a); !p.ok()) throw CLI::ValidationError("--arch", p.error().message());
+  if (auto code = tools::parse_command_line(app, argc, argv, std::cout, std::cerr)) return *code;
 
   std::printf("%s\n", version().c_str());
   auto engine = Engine::create().value();

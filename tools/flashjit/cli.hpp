@@ -7,11 +7,9 @@
 
 #include <ostream>
 
-namespace flashjit::tools {
+#include "common/command_line.hpp"  // kExitOk, kExitFailed, kExitUsage
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;
-inline constexpr int kExitUsage = 2;
+namespace flashjit::tools {
 
 // Parses argv and runs the chosen subcommand. Results go to `out`, progress and diagnostics to
 // `err`; `err_is_tty` selects a redrawn progress bar over plain lines. Throws nothing for bad

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/command_line.hpp"
 #include "common/device.hpp"
 #include "context.hpp"
 #include "flashjit/flashjit.hpp"
@@ -119,15 +120,15 @@ void add_tune_command(CLI::App& app, Context& ctx) {
   const int max_seq = int(kMaxSeqLen);
   sub->add_option("--seq", o->seqs, "Query (and key) sequence lengths; comma list (default 4096)")
       ->delimiter(',')
-      ->check(CLI::Range(1, max_seq));
-  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq")->check(CLI::Range(1, max_seq));
+      ->check(in_range(1, max_seq));
+  sub->add_option("--seq-k", o->seq_k, "Key sequence length when it differs from --seq")->check(in_range(1, max_seq));
   sub->add_option("--batch-heads", o->batch_heads, "batch * query heads (default 64)")
-      ->check(CLI::Range(std::int64_t(1), kMaxBatchXHeads));
+      ->check(in_range(1, kMaxBatchXHeads));
   sub->add_option("--workload", o->workload,
                   "JSON list of shapes: objects with the variant fields (dtype, head_dim, mask, gqa, lse, ...) "
                   "and seqlen_q, seqlen_k, batch_x_heads");
   sub->add_flag("--retune", o->retune, "Time again even where a current result is stored");
-  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--device", o->device, "CUDA device ordinal (default 0)")->check(at_least(0));
   sub->add_option("--cache-dir", o->cache_dir, "Cache root (default: $FLASHJIT_CACHE_DIR, else XDG, else ~/.cache/flashjit)");
   sub->add_flag("--json", o->json, "Print every bucket's result and candidate timings as JSON on stdout");
   sub->footer(

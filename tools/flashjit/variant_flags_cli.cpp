@@ -2,6 +2,8 @@
 
 #include <type_traits>
 
+#include "common/command_line.hpp"
+
 namespace flashjit::tools {
 
 void add_variant_flags(CLI::App* g, VariantFlags& flags) {
@@ -11,17 +13,17 @@ void add_variant_flags(CLI::App* g, VariantFlags& flags) {
   g->add_option("--head-dim", flags.head_dims, "Head dim of Q and K (1..256); comma list allowed")
       ->delimiter(',')
       ->type_name("D")
-      ->check(CLI::Range(1, kMaxHeadDim));
+      ->check(in_range(1, kMaxHeadDim));
   g->add_option("--head-dim-v", flags.head_dim_v, "Head dim of V and O (default: --head-dim)")
       ->type_name("D")
-      ->check(CLI::Range(1, kMaxHeadDim));
+      ->check(in_range(1, kMaxHeadDim));
   g->add_option("--mask", flags.masks, "none or causal; comma list allowed (default none)")
       ->delimiter(',')
       ->type_name("MASK");
   Semantics{}.visit([&](const SemanticsField& f, const auto& value) {
     if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>) {
       const std::string name = f.name;
-      g->add_flag_function(bool_field_flag(f), [&flags, name](std::int64_t) { flags.features[name] = true; }, f.why);
+      add_switch(g, bool_field_flag(f), [&flags, name](bool on) { flags.features[name] = on; }, f.why);
     }
   });
   g->add_option("--family", flags.family, "Kernel family (default: every family that serves the variant)")
@@ -30,7 +32,7 @@ void add_variant_flags(CLI::App* g, VariantFlags& flags) {
       ->type_name("TILING");
   g->add_option("--vec", flags.vec, "Elements per global access: 1, 2, 4 or 8 (default: the widest the dims allow)")
       ->type_name("N")
-      ->check(CLI::Range(1, kMaxVec));
+      ->check(in_range(1, kMaxVec));
 }
 
 }  // namespace flashjit::tools

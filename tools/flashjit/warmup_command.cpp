@@ -12,6 +12,7 @@
 #include "base/printable.hpp"
 #include "byte_size.hpp"
 #include "cache_location.hpp"
+#include "common/command_line.hpp"
 #include "context.hpp"
 #include "kernel_binaries.hpp"
 #include "kernel_family.hpp"
@@ -259,7 +260,7 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
   sub->add_option("--threads", o->threads,
                   "Parallel compiles (default: the hardware's " + std::to_string(o->threads) + " threads)")
       ->type_name("N")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   add_cache_dir_option(sub, o->cache_dir);
   sub->add_flag("--json", o->json, "Print a machine-readable summary on stdout (one object per kernel)");
   sub->add_flag("--dry-run", o->dry_run, "List the kernels that would be compiled; compile and write nothing");

@@ -115,6 +115,7 @@ struct KnobTable {
   const char* family;
   std::vector<Knob> knobs;
   int index(std::string_view knob_name) const;  // -1 when absent
+  std::string form() const;                     // what its tilings look like: "m<block_m>n<block_n>w<warps>s<stages>"
 };
 
 // Values of a family's knobs, in its table's order. A default-constructed Tiling has no table.

@@ -29,9 +29,12 @@ constexpr int kMaxThreadsPerSm = 2048;  // every arch from sm_80 to sm_90
 
 int elem_bytes(const Semantics& s) { return int(dtype_size(s.dtype)); }
 
+// (token, query head) rows per CTA: row_tiles mma tiles of 16 rows.
+int cta_rows(const Tiling& t) { return 16 * t[kRowTiles]; }
+
 fj_layout::DecodeLayout layout(const Semantics& s, const Tiling& t) {
-  return fj_layout::decode_layout(elem_bytes(s), s.head_dim_qk, s.head_dim_v, 16 * t[kRowTiles], t[kWarps],
-                                  t[kWarpKeys], t[kStages]);
+  return fj_layout::decode_layout(elem_bytes(s), s.head_dim_qk, s.head_dim_v, cta_rows(t), t[kWarps], t[kWarpKeys],
+                                  t[kStages]);
 }
 
 class DecodeSm80 final : public KernelFamily {
@@ -88,6 +91,9 @@ class DecodeSm80 final : public KernelFamily {
     return out;
   }
 
+  // Each warp takes warp_keys keys of every K/V tile.
+  TileShape tile_shape(const Tiling& t) const override { return {cta_rows(t), t[kWarps] * t[kWarpKeys]}; }
+
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
     return {{"flashjit_decode_fwd", layout(v.semantics, v.tiling).smem_bytes}};
   }
@@ -111,7 +117,7 @@ class DecodeSm80 final : public KernelFamily {
 
   static std::int64_t row_blocks(const AttentionProblem& p, const Tiling& t) {
     const std::int64_t group = p.shape.heads_kv > 0 ? p.shape.heads_q / p.shape.heads_kv : 1;
-    return (p.shape.seqlen_q * group + 16 * t[kRowTiles] - 1) / (16 * t[kRowTiles]);
+    return (p.shape.seqlen_q * group + cta_rows(t) - 1) / cta_rows(t);
   }
 
   Workspace workspace(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {

@@ -86,6 +86,8 @@ class Fa2Sm80 final : public KernelFamily {
     return out;
   }
 
+  TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
+
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
     return {{"flashjit_fa2_fwd", smem_bytes(v.semantics, v.tiling)}};
   }

@@ -204,6 +204,10 @@ class Fa3Sm90 final : public KernelFamily {
     return out;
   }
 
+  TileShape tile_shape(const Tiling& t) const override {
+    return {fj_layout::kWarpgroupRows * t[kWarpgroups], t[kBlockN]};
+  }
+
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
     return {{"flashjit_fa3_fwd", layout(v.semantics, v.tiling).smem_bytes}};
   }
