@@ -77,8 +77,12 @@ Status check_paged(const AttentionArgs& a, std::int64_t sequences, Extent* table
   if (a.k.shape[0] < 1 || a.k.shape[0] > kMaxPages)
     return bad(dim("k", 0) + " is the number of pages with paged and must be in [1, " + std::to_string(kMaxPages) +
                "], got " + std::to_string(a.k.shape[0]));
-  if (pk.max_pages < 1 || pk.max_pages * page_size > kMaxSeqLen)
-    return bad("paged.max_pages must be >= 1 with max_pages * page_size at most 2^30, got " + std::to_string(pk.max_pages));
+  // Bounded before any product: max_pages * page_size keys a sequence, at most 2^30 (a caller's
+  // 2^56 pages of 256 keys wrapped to 0 and passed).
+  const std::int64_t most_pages = kMaxSeqLen / page_size;
+  if (pk.max_pages < 1 || pk.max_pages > most_pages)
+    return bad("paged.max_pages must be in [1, " + std::to_string(most_pages) + "] (max_pages * k.shape[1], the page size, " +
+               "is the keys a sequence may hold: at most 2^30), got " + std::to_string(pk.max_pages));
   if (pk.table_stride < pk.max_pages)
     return bad("paged.table_stride must be >= paged.max_pages = " + std::to_string(pk.max_pages) + ", got " +
                std::to_string(pk.table_stride));
@@ -128,6 +132,8 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
   if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535");
+  // Bounded even where q has no heads to divide it: families multiply it by the batch and rows.
+  if (Hkv > kMaxHeads) return bad(dim("k", 2) + " must be at most 65535, got " + std::to_string(Hkv));
   if (B > kMaxBatch) return bad(dim("q", 0) + " must be at most 65535");
   if (Sq > kMaxSeqLen || Sk > kMaxSeqLen) return bad("sequence lengths must be at most 2^30");
 
@@ -203,6 +209,10 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
                                 {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
 
+  // Every size is bounded now: the families multiply a batch, a head count and a length (query
+  // blocks, tiles, workspace rows) in int64 without checks.
+  static_assert(kMaxSeqLen <= std::numeric_limits<std::int64_t>::max() / kMaxBatch / kMaxHeads,
+                "a batch x heads x length product must fit int64");
   out.shape = {batch, seq_q, seq_k, Hq, Hkv, paged ? Sk : 0};
   out.empty = batch == 0 || seq_q == 0 || Hq == 0 || Sq == 0;
   out.scale = scale;

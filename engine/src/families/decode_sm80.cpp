@@ -97,6 +97,11 @@ class DecodeSm80 final : public KernelFamily {
   struct SplitLayout {
     std::size_t tickets_bytes, lse_offset, o_offset, bytes;
   };
+  // Splits x sequences x heads x queries rows of up to kMaxHeadDim floats, within validation's
+  // bounds: far below 2^63 bytes, so the sizes below need no checks.
+  static_assert(std::int64_t(kMaxSplits) * kMaxBatch * kMaxHeads * kMaxQueries <=
+                    (std::int64_t(1) << 62) / (kMaxHeadDim * sizeof(float)),
+                "decode workspace sizes must fit int64");
   static SplitLayout workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
     constexpr std::size_t kAlign = 256;
     auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };

@@ -223,6 +223,9 @@ class Fa3Sm90 final : public KernelFamily {
     // padding (the kernel walks its keys and stores nothing).
     const std::int64_t cluster = t[kCluster];
     const std::int64_t m_blocks = (p.shape.seqlen_q + block_m * cluster - 1) / (block_m * cluster) * cluster;
+    // Query blocks (at most 2^30), heads and sequences within validation's bounds: fits int64.
+    static_assert(kMaxSeqLen <= std::numeric_limits<std::int64_t>::max() / kMaxHeads / kMaxBatch,
+                  "a tile count must fit int64");
     const std::int64_t tiles = m_blocks * p.shape.heads_q * p.shape.batch;
     if (tiles > std::numeric_limits<int>::max())
       return Error(Code::unsupported, "fa3_sm90: " + std::to_string(tiles) +
