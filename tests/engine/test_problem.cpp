@@ -379,3 +379,40 @@ TEST_CASE("paged: max_pages * page_size is bounded without overflowing (issue 21
   CHECK(mentions(error_of(a), "k.shape[2] (heads) must be at most 65535, got 1099511627776"));
 }
 
+TEST_CASE("paged: errors name the field the caller set and its rule (issue 21 G6)") {
+  // A page size of 2^31 was reported as "sequence lengths must be at most 2^30".
+  AttentionArgs a = make_paged(2, 32, std::int64_t(1) << 31);
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 2147483648"));
+  a = make_paged(2, 32, 0);
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 0"));
+  a = make_paged(2, 0, 16);
+  CHECK(mentions(error_of(a), "k.shape[0] (pages) is the number of pages with paged and must be in [1, 2147483647], got 0"));
+  a = make_paged();
+  a.v.shape[0] = 31;
+  CHECK(mentions(error_of(a), "v.shape[0] (pages) is 31 but must equal k.shape[0] = 32"));
+  a = make_paged();
+  a.v.shape[1] = 128;
+  CHECK(mentions(error_of(a), "v.shape[1] (page_size) is 128 but must equal k.shape[1] = 256"));
+  a = make_paged();
+  a.paged->table_stride = 3;
+  CHECK(mentions(error_of(a), "paged.table_stride must be >= paged.max_pages = 4, got 3"));
+
+  // Paged with varlen: a bad sequence count was reported as the block table's shape.
+  a = make_paged(1, 32, 16);
+  a.q = TensorView::bshd(addr(1), DType::f16, 1, 10, 8, 64);
+  a.o = TensorView::bshd(addr(4), DType::f16, 1, 10, 8, 64);
+  a.varlen = Varlen{i32(7), nullptr, 3, 4, 64};
+  REQUIRE(validate_problem(a).ok());
+  a.varlen->batch = -1;
+  CHECK(mentions(error_of(a), "varlen.batch must be in [0, 65535], got -1"));
+  a.varlen->batch = std::numeric_limits<std::int64_t>::min();
+  CHECK(mentions(error_of(a), "varlen.batch must be in [0, 65535]"));
+
+  // Without paged, the lengths name their tensor.
+  a = make();
+  a.k.shape[1] = a.v.shape[1] = (std::int64_t(1) << 30) + 1;
+  CHECK(mentions(error_of(a), "k.shape[1] (seq) must be at most 2^30, got 1073741825"));
+  a = make();
+  a.q.shape[1] = a.o.shape[1] = (std::int64_t(1) << 30) + 1;
+  CHECK(mentions(error_of(a), "q.shape[1] (seq) must be at most 2^30, got 1073741825"));
+}

@@ -193,6 +193,11 @@ for name, version in [("0", 0), ("1", 1), ("3", 3), ("2p31", 2**31), ("u32_max",
 # Issue 21 G1: max_pages = table_stride = 2^56 made max_pages * page_size wrap to 0 (UBSan: signed
 # overflow); the call was accepted and a kernel compiled.
 write(c2, "issue21_g1_paged_max_pages_2p56", paged(max_pages=2**56).bytes())
+# Issue 21 G6: errors that named another field than the one set.
+write(c2, "issue21_g6_page_size_2p31", paged(page_size=2**31).bytes())
+a = paged_varlen()
+a.varlen[2] = -1
+write(c2, "issue21_g6_paged_varlen_batch_minus_1", a.bytes())
 
 
 def set_path(a, path, value):
