@@ -4,6 +4,10 @@
 
 namespace flashjit {
 
+namespace {
+constexpr const char* kNoTilingFits = "no tiling fits the shared memory one block may use on this arch";
+}  // namespace
+
 const KernelFamily& fa2_sm80_family();
 const KernelFamily& decode_sm80_family();
 const KernelFamily& fa3_sm90_family();
@@ -16,6 +20,19 @@ int arch_smem_limit(const Arch& arch) {
     case 90: return 227 * 1024;
     default: return arch.number() >= 100 ? 227 * 1024 : 48 * 1024;
   }
+}
+
+const char* smem_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s) {
+  return family.min_smem_bytes(s) > arch_smem_limit(arch) ? kNoTilingFits : nullptr;
+}
+
+std::string explain_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s, const char* why_not) {
+  std::string out = why_not;
+  if (why_not == kNoTilingFits)
+    out += ": " + std::string(dtype_name(s.dtype)) + " with head dims " + std::to_string(s.head_dim_qk) + " (q, k) and " +
+           std::to_string(s.head_dim_v) + " (v) needs at least " + std::to_string(family.min_smem_bytes(s)) +
+           " bytes (its smallest tiling); " + arch.name() + " allows " + std::to_string(arch_smem_limit(arch));
+  return out;
 }
 
 const std::vector<const KernelFamily*>& kernel_families() {
@@ -54,7 +71,7 @@ Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const P
       if (!refused.empty()) why += "; before it, " + refused;
       return FamilyChoice{f, why};
     }
-    refused += (refused.empty() ? "" : "; ") + std::string(f->name()) + " refused: " + why_not;
+    refused += (refused.empty() ? "" : "; ") + std::string(f->name()) + " refused: " + explain_refusal(*f, arch, s, why_not);
   }
   return Error(Code::unsupported, "no kernel family serves " + s.name() + " on " + arch.name() + ": " + refused);
 }
@@ -80,7 +97,7 @@ Status check_variant(const KernelVariant& v, const Arch& arch) {
   FJ_TRY(v.semantics.check());
   if (const char* why_not = f->refusal(arch, v.semantics, nullptr))
     return Error(Code::unsupported, std::string(f->name()) + " cannot build " + v.semantics.name() + " for " +
-                                        arch.name() + ": " + why_not);
+                                        arch.name() + ": " + explain_refusal(*f, arch, v.semantics, why_not));
   if (v.tiling.table != &f->knobs())
     return Error(Code::invalid_argument, "tiling " + v.tiling.name() + " is not a " + f->name() + " tiling");
   FJ_TRY(f->check_tiling(v.semantics, v.tiling));

@@ -39,11 +39,14 @@ class KernelFamily {
   // null when compiling ahead of time (any shape). The semantics have passed Semantics::check().
   // A static string: asked on every call.
   virtual const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
+  // Shared memory of the family's smallest tiling for `s`: past an arch's limit no tiling fits,
+  // and refusal() returns smem_refusal()'s reason. Cheap: refusal() runs on every call.
+  virtual int min_smem_bytes(const Semantics& s) const = 0;
   // Structural rules of a tiling (divisibility, ranges); resource limits are checked apart.
   virtual Status check_tiling(const Semantics& s, const Tiling& t) const = 0;
   // The tiling used when nothing was tuned. `shape` is null ahead of time (any shape); a rule
   // may look at it only through its power-of-two size buckets (autotune/problem_bucket.hpp),
-  // since plans are cached per bucket.
+  // since plans are cached per bucket. Where refusal() accepts, it fits the arch's shared memory.
   virtual Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
   // Every tiling default_tiling() may return for some shape: what warming a cache compiles.
   virtual std::vector<Tiling> default_tilings(const Arch& arch, const Semantics& s) const {
@@ -73,6 +76,14 @@ class KernelFamily {
 // Shared memory one block may use on an arch (opt-in maximum), used to prune tilings without a
 // GPU; at run time the device's own attribute is used instead.
 int arch_smem_limit(const Arch& arch);
+
+// refusal()'s reason when even a family's smallest tiling needs more shared memory than `arch`
+// allows one block (fp32 at large head dims on sm_86 and sm_89), else nullptr.
+const char* smem_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s);
+
+// A refusal as an error message says: `why_not`, with the numbers when it is smem_refusal()'s
+// (dtype, head dims, bytes needed, the arch's limit).
+std::string explain_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s, const char* why_not);
 
 // Every family, in ascending priority.
 const std::vector<const KernelFamily*>& kernel_families();

@@ -14,11 +14,14 @@ namespace flashjit {
 namespace {
 
 const char* kDimNames[4] = {"batch", "seq", "heads", "head_dim"};
+const char* kPoolDimNames[4] = {"pages", "page_size", "heads", "head_dim"};  // paged k and v
 
 Error bad(std::string msg) { return Error(Code::invalid_argument, std::move(msg)); }
 
-std::string dim(const char* tensor, int i) {
-  return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + kDimNames[i] + ")";
+// "k.shape[1] (seq)"; with paged, k and v are page pools: "k.shape[1] (page_size)".
+std::string dim(const char* tensor, int i, bool paged = false) {
+  const bool pool = paged && (tensor[0] == 'k' || tensor[0] == 'v');
+  return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + (pool ? kPoolDimNames : kDimNames)[i] + ")";
 }
 
 // Widest access (elements) every tensor's pointer, strides and head dims allow, up to 16 bytes.
@@ -66,25 +69,28 @@ Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t 
   return {};
 }
 
-// Page pools, the block table and its extent; `sequences` rows of it are read.
-Status check_paged(const AttentionArgs& a, std::int64_t sequences, Extent* table) {
+// Page pools and the block table's row: what bounds the keys a sequence may hold. The table's
+// rows are checked once the number of sequences is (varlen.batch with varlen).
+Status check_paged(const AttentionArgs& a) {
   const PagedKv& pk = *a.paged;
   if (!a.kv_lens) return bad("paged needs kv_lens: how many keys each sequence uses");
   const std::int64_t page_size = a.k.shape[1];
   if (page_size < 1 || page_size > kMaxPageSize)
-    return bad(dim("k", 1) + " is the page size with paged and must be in [1, " + std::to_string(kMaxPageSize) +
+    return bad(dim("k", 1, true) + " is the page size with paged and must be in [1, " + std::to_string(kMaxPageSize) +
                "], got " + std::to_string(page_size));
   if (a.k.shape[0] < 1 || a.k.shape[0] > kMaxPages)
-    return bad(dim("k", 0) + " is the number of pages with paged and must be in [1, " + std::to_string(kMaxPages) +
+    return bad(dim("k", 0, true) + " is the number of pages with paged and must be in [1, " + std::to_string(kMaxPages) +
                "], got " + std::to_string(a.k.shape[0]));
-  if (pk.max_pages < 1 || pk.max_pages * page_size > kMaxSeqLen)
-    return bad("paged.max_pages must be >= 1 with max_pages * page_size at most 2^30, got " + std::to_string(pk.max_pages));
+  // Bounded before any product: max_pages * page_size keys a sequence, at most 2^30 (a caller's
+  // 2^56 pages of 256 keys wrapped to 0 and passed).
+  const std::int64_t most_pages = kMaxSeqLen / page_size;
+  if (pk.max_pages < 1 || pk.max_pages > most_pages)
+    return bad("paged.max_pages must be in [1, " + std::to_string(most_pages) + "] (max_pages * k.shape[1], the page size, " +
+               "is the keys a sequence may hold: at most 2^30), got " + std::to_string(pk.max_pages));
   if (pk.table_stride < pk.max_pages)
     return bad("paged.table_stride must be >= paged.max_pages = " + std::to_string(pk.max_pages) + ", got " +
                std::to_string(pk.table_stride));
-  if (!pk.block_table) return bad("paged.block_table is null");
-  const std::int64_t shape[2] = {sequences, pk.max_pages}, stride[2] = {pk.table_stride, 1};
-  return check_layout("paged.block_table", pk.block_table, shape, stride, sizeof(std::int32_t), false, table);
+  return {};
 }
 
 }  // namespace
@@ -103,12 +109,12 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
 
   const std::int64_t B = a.q.shape[0], Sq = a.q.shape[1], Hq = a.q.shape[2], Dqk = a.q.shape[3];
   const std::int64_t Sk = a.k.shape[1], Hkv = a.k.shape[2], Dv = a.v.shape[3];
+  const bool paged = a.paged.has_value();
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}})
     for (int i = 0; i < 4; ++i)
-      if (view->shape[i] < 0) return bad(dim(name, i) + " must be >= 0, got " + std::to_string(view->shape[i]));
+      if (view->shape[i] < 0) return bad(dim(name, i, paged) + " must be >= 0, got " + std::to_string(view->shape[i]));
   // Shapes must agree: k [B,Sk,Hkv,Dqk], v [B,Sk,Hkv,Dv], o [B,Sq,Hq,Dv]; paged k and v are
   // [pages, page_size, Hkv, D] pools instead.
-  const bool paged = a.paged.has_value();
   struct Rule { const char* t; int i; std::int64_t want; const char* why; };
   const Rule rules[] = {
       {"k", 0, paged ? a.k.shape[0] : B, "q.shape[0]"}, {"v", 0, paged ? a.k.shape[0] : B, paged ? "k.shape[0]" : "q.shape[0]"},
@@ -120,16 +126,25 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   for (const Rule& r : rules) {
     const TensorView& v = r.t[0] == 'k' ? a.k : r.t[0] == 'v' ? a.v : a.o;
     if (v.shape[r.i] != r.want)
-      return bad(dim(r.t, r.i) + " is " + std::to_string(v.shape[r.i]) + " but must equal " + r.why + " = " + std::to_string(r.want));
+      return bad(dim(r.t, r.i, paged) + " is " + std::to_string(v.shape[r.i]) + " but must equal " + r.why + " = " +
+                 std::to_string(r.want));
   }
   if (Dqk < 1 || Dqk > kMaxHeadDim) return bad(dim("q", 3) + " must be in [1, 256], got " + std::to_string(Dqk));
   if (Dv < 1 || Dv > kMaxHeadDim) return bad(dim("v", 3) + " must be in [1, 256], got " + std::to_string(Dv));
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
   if (Hkv > 0 && Hq % Hkv != 0)
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
-  if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535");
-  if (B > kMaxBatch) return bad(dim("q", 0) + " must be at most 65535");
-  if (Sq > kMaxSeqLen || Sk > kMaxSeqLen) return bad("sequence lengths must be at most 2^30");
+  if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535, got " + std::to_string(Hq));
+  // Bounded even where q has no heads to divide it: families multiply it by the batch and rows.
+  if (Hkv > kMaxHeads) return bad(dim("k", 2) + " must be at most 65535, got " + std::to_string(Hkv));
+  if (B > kMaxBatch) return bad(dim("q", 0) + " must be at most 65535, got " + std::to_string(B));
+  if (Sq > kMaxSeqLen) return bad(dim("q", 1) + " must be at most 2^30, got " + std::to_string(Sq));
+  // A paged pool's shape[1] is its page size: bounded with the pool's other rules, before its
+  // extent (a huge page size would be reported as the pool overlapping o).
+  if (paged)
+    FJ_TRY(check_paged(a));
+  else if (Sk > kMaxSeqLen)
+    return bad(dim("k", 1) + " must be at most 2^30, got " + std::to_string(Sk));
 
   const std::size_t elem = dtype_size(dt);
   Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks, ekvlens, etable;
@@ -141,16 +156,16 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
 
   // The problem's sizes: per sequence, or the max over a varlen batch. A paged cache holds up to
   // max_pages * page_size keys per sequence.
-  std::int64_t batch = B, seq_q = Sq, seq_k = Sk;
-  if (paged) {
-    FJ_TRY(check_paged(a, a.varlen ? a.varlen->batch : B, &etable));
-    seq_k = a.paged->max_pages * Sk;
-  }
+  std::int64_t batch = B, seq_q = Sq, seq_k = paged ? a.paged->max_pages * Sk : Sk;
   if (a.varlen) {
-    FJ_TRY(check_varlen(a, Sq, paged ? seq_k : Sk, &ecq, &eck));
+    FJ_TRY(check_varlen(a, Sq, seq_k, &ecq, &eck));
     batch = a.varlen->batch, seq_q = a.varlen->max_seqlen_q;
     seq_k = paged && !a.varlen->cu_seqlens_k ? seq_k : a.varlen->max_seqlen_k;
   }
+  // A table row per sequence: counted (and, with varlen, checked) above.
+  if (paged)
+    FJ_TRY(check_array("paged.block_table", a.paged->block_table, a.paged->max_pages, a.paged->table_stride, batch,
+                       sizeof(std::int32_t), &etable));
   if (a.kv_lens) FJ_TRY(check_array("kv_lens", a.kv_lens, batch, 0, 1, sizeof(std::int32_t), &ekvlens));
   if (a.lse) {
     const LseView& l = *a.lse;
@@ -203,6 +218,10 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
                                 {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
 
+  // Every size is bounded now: the families multiply a batch, a head count and a length (query
+  // blocks, tiles, workspace rows) in int64 without checks.
+  static_assert(kMaxSeqLen <= std::numeric_limits<std::int64_t>::max() / kMaxBatch / kMaxHeads,
+                "a batch x heads x length product must fit int64");
   out.shape = {batch, seq_q, seq_k, Hq, Hkv, paged ? Sk : 0};
   out.empty = batch == 0 || seq_q == 0 || Hq == 0 || Sq == 0;
   out.scale = scale;

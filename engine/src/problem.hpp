@@ -10,7 +10,9 @@ namespace flashjit {
 
 struct AttentionProblem {
   const AttentionArgs* args = nullptr;  // the caller's views, all checked
-  ProblemShape shape;   // varlen: batch = sequences, seqlen_q / seqlen_k = the max lengths
+  // varlen: batch = sequences, seqlen_q / seqlen_k = the max lengths. Within problem_shape.hpp's
+  // bounds (batch, heads <= 65535, lengths <= 2^30), which families' size arithmetic relies on.
+  ProblemShape shape;
   Semantics semantics;  // everything but the tiling
   float scale = 0;      // the softmax scale, default resolved
   // Effective window (semantics.window), clamped to the lengths so that row + offset + right

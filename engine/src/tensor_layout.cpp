@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "base/checked_math.hpp"
+
 namespace flashjit {
 
 namespace {
@@ -20,13 +22,6 @@ std::string hex_address(std::uintptr_t a) {
   char buf[2 + 2 * sizeof a + 1];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
   return buf;
-}
-
-// a * b, or the largest uint64 when it does not fit: every later stride is then too small,
-// which is the right verdict for an output no memory could hold.
-std::uint64_t saturating_mul(std::uint64_t a, std::uint64_t b) {
-  std::uint64_t r = 0;
-  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
 }
 
 // Outputs: distinct elements must not share memory. With dims sorted by stride, each stride must
@@ -46,7 +41,9 @@ Status check_no_self_overlap(const LayoutView& v) {
       return bad(std::string(v.name) + " overlaps itself: stride[" + std::to_string(i) + "] = " +
                  std::to_string(v.stride[i]) +
                  " is smaller than the extent of the faster dims (outputs need non-overlapping strides)");
-    span = saturating_mul(static_cast<std::uint64_t>(v.stride[i]), static_cast<std::uint64_t>(v.shape[i]));
+    // Past uint64, every later stride is too small: the right verdict for an output no memory could hold.
+    span = checked_mul(static_cast<std::uint64_t>(v.stride[i]), static_cast<std::uint64_t>(v.shape[i]))
+               .value_or(std::numeric_limits<std::uint64_t>::max());
   }
   return {};
 }
@@ -69,25 +66,29 @@ Result<Extent> check_layout(const LayoutView& v) {
       empty = true;
       continue;
     }
-    std::int64_t step = 0;
-    too_large |= __builtin_mul_overflow(v.shape[i] - 1, v.stride[i], &step) || __builtin_add_overflow(last, step, &last);
+    const std::optional<std::int64_t> step = checked_mul(v.shape[i] - 1, v.stride[i]);
+    const std::optional<std::int64_t> next = step ? checked_add(last, *step) : std::nullopt;
+    too_large = too_large || !next;
+    last = next.value_or(last);
   }
   // last + 1 elements of elem_bytes each, from the first element's address.
-  std::uint64_t bytes = 0;
-  too_large = too_large || __builtin_mul_overflow(static_cast<std::uint64_t>(last) + 1, v.elem_bytes, &bytes) ||
-              bytes > kMaxViewBytes;
-  if (too_large) return bad(std::string(v.name) + ": strides and shape address more than 2^62 bytes");
+  const std::optional<std::uint64_t> bytes =
+      checked_mul(static_cast<std::uint64_t>(last) + 1, static_cast<std::uint64_t>(v.elem_bytes));
+  if (too_large || !bytes || *bytes > kMaxViewBytes)
+    return bad(std::string(v.name) + ": strides and shape address more than 2^62 bytes");
   if (empty) return Extent{};
   if (!v.data) return bad(std::string(v.name) + ".data is null");
   const auto base = reinterpret_cast<std::uintptr_t>(v.data);
   if (base % v.elem_bytes)
     return bad(std::string(v.name) + ".data must be aligned to its element size (" + std::to_string(v.elem_bytes) +
                " bytes)");
+  const std::optional<std::uint64_t> end = checked_add(static_cast<std::uint64_t>(base), *bytes);
+  if (!end)
+    return bad(std::string(v.name) + ": its " + std::to_string(*bytes) + " bytes from data = " + hex_address(base) +
+               " wrap past the end of the address space");
   Extent e;
   e.lo = base;
-  if (__builtin_add_overflow(base, bytes, &e.hi))
-    return bad(std::string(v.name) + ": its " + std::to_string(bytes) + " bytes from data = " + hex_address(base) +
-               " wrap past the end of the address space");
+  e.hi = *end;
   if (v.is_output) FJ_TRY(check_no_self_overlap(v));
   return e;
 }

@@ -253,3 +253,35 @@ TEST_CASE("C ABI errors echo the arch string escaped and cut (issue 6, defect 10
   CHECK(std::string(flashjit_last_error()).find("got -1e-30") != std::string::npos);
   flashjit_engine_destroy(e);
 }
+
+namespace {
+// Paged decode through the v2 struct: B sequences of one query, pools [pages, page_size, 2, 64].
+struct PagedV2 {
+  flashjit_attention_args_v2 a = args_v2();
+  flashjit_paged_kv paged{reinterpret_cast<const int32_t*>(0x7f0c00000000ull), 4, 4};
+  PagedV2(int64_t B, int64_t pages, int64_t page_size) {
+    a.q = tensor(0x7f0100000000ull, FLASHJIT_F16, B, 1, 8, 64);
+    a.o = tensor(0x7f0400000000ull, FLASHJIT_F16, B, 1, 8, 64);
+    a.k = tensor(0x7f0200000000ull, FLASHJIT_F16, pages, page_size, 2, 64);
+    a.v = tensor(0x7f0300000000ull, FLASHJIT_F16, pages, page_size, 2, 64);
+    a.kv_lens = reinterpret_cast<const int32_t*>(0x7f0d00000000ull);
+    a.paged = &paged;
+  }
+  PagedV2(const PagedV2&) = delete;  // a.paged points into this object
+};
+}  // namespace
+
+TEST_CASE("C ABI v2: paged max_pages near 2^56 is refused, not wrapped into a compiled kernel (issue 21 G1)") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  PagedV2 p(2, 32, 256);
+  char name[256] = {0};
+  flashjit_status st = flashjit_precompile_v2(e, &p.a, "sm_80", name, sizeof name);
+  INFO(flashjit_last_error());
+  CHECK(st == FLASHJIT_OK);  // the valid pool compiles
+  p.paged.max_pages = p.paged.table_stride = int64_t(1) << 56;
+  st = flashjit_precompile_v2(e, &p.a, "sm_80", name, sizeof name);
+  CHECK(st == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "paged.max_pages must be in [1, 4194304]"));
+  flashjit_engine_destroy(e);
+}

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <mutex>
 
 #include "compiler.hpp"
@@ -155,4 +156,25 @@ TEST_CASE("NVRTC compiles every candidate tiling the autotuner may pick, for eve
       }
     }
   compile_all(jobs, "tiling matrix");
+}
+
+// Issue 21 G5: sm_86 and sm_89 give a block 99 KiB of shared memory, where the usual tilings of
+// large fp32 head dims do not fit. Every head dim's default is checked without compiling
+// (tests/engine/test_kernel_family.cpp); here each distinct default tiling compiles once, at
+// the largest head dim that picks it (the most shared memory and registers it meets).
+TEST_CASE("NVRTC compiles every family's default tiling for sm_86 and sm_89, head dims 1-256, every dtype") {
+  std::vector<std::pair<KernelVariant, Arch>> jobs;
+  for (const char* arch_name : {"sm_86", "sm_89"}) {
+    const Arch arch = Arch::parse(arch_name).value();
+    std::map<std::string, KernelVariant> largest;  // by family, dtype and tiling
+    for (DType dt : {DType::f16, DType::bf16, DType::f32})
+      for (int d = 1; d <= 256; ++d) {
+        const Semantics s = sem(dt, d, d, Mask::causal, false, false, vec_for(dt, d, d));
+        for (const KernelFamily* f : families_for(arch, s))
+          for (const Tiling& t : f->default_tilings(arch, s))
+            largest.insert_or_assign(std::string(f->name()) + dtype_name(dt) + t.name(), KernelVariant{f->name(), s, t});
+      }
+    for (const auto& [key, v] : largest) jobs.push_back({v, arch});
+  }
+  compile_all(jobs, "sm_86 and sm_89 default tilings");
 }

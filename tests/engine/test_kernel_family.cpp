@@ -138,3 +138,66 @@ TEST_CASE("parse_tiling without a family takes the family whose knobs the text s
   for (const auto* f : kernel_families()) CHECK(has(none.error().message(), f->knobs().form().c_str()));
   CHECK(has(parse_tiling("fa9", "m1").error().message(), "unknown kernel family 'fa9'"));
 }
+
+namespace {
+Semantics square(DType dt, int d) {
+  Semantics s;
+  s.dtype = dt;
+  s.head_dim_qk = s.head_dim_v = d;
+  for (s.vec = dt == DType::f32 ? 4 : 8; d % s.vec;) s.vec /= 2;  // the widest access d allows
+  return s;
+}
+}  // namespace
+
+// README promises head dims 1 to 256 in every dtype. fp32 at 193-256 (fa2_sm80) and 161-256
+// (decode_sm80) needed more than the 99 KiB a block has on sm_86 and sm_89, and the tiling the
+// engine chose itself was refused as the caller's.
+TEST_CASE("each family's default tiling fits every arch it serves, head dims 1-256, every dtype (issue 21 G5)") {
+  auto engine = Engine::create().value();
+  const ProblemShape prefill{2, 4096, 4096, 16, 16}, decode{2, 1, 4096, 16, 16};
+  for (const char* name : {"sm_80", "sm_86", "sm_89", "sm_90a"}) {
+    const Arch arch = Arch::parse(name).value();
+    for (DType dt : {DType::f16, DType::bf16, DType::f32})
+      for (int d = 1; d <= 256; ++d) {
+        const Semantics s = square(dt, d);
+        INFO(name << " " << s.name());
+        for (const KernelFamily* f : kernel_families()) {
+          if (f->refusal(arch, s, nullptr)) continue;
+          for (const Tiling& t : f->default_tilings(arch, s)) {
+            const Status st = check_variant({f->name(), s, t}, arch);
+            CHECK_MESSAGE(st.ok(), t.name() << ": " << (st.ok() ? "" : st.error().message()));
+          }
+        }
+        // The engine has a family for decode and for prefill shapes, and ahead of time.
+        for (const ProblemShape* shape : {&prefill, &decode})
+          CHECK(pick_family(arch, s, shape) != nullptr);
+        auto v = engine->default_variant(s, name);
+        REQUIRE_MESSAGE(v.ok(), v.error().message());
+        CHECK(variant_smem_bytes(v.value()) <= arch_smem_limit(arch));
+      }
+  }
+}
+
+TEST_CASE("a family none of whose tilings fits refuses the arch, saying by how much (issue 21 G5)") {
+  const KernelFamily* decode = find_family("decode_sm80");
+  REQUIRE(decode);
+  const Arch sm86 = Arch::parse("sm_86").value();
+  const ProblemShape one_query{2, 1, 4096, 16, 16};
+  // fp32 D = 160 fits decode_sm80's smallest tiling in 99 KiB; D = 161 pads to 176 and does not.
+  CHECK(decode->refusal(sm86, square(DType::f32, 160), &one_query) == nullptr);
+  CHECK(decode->refusal(sm86, square(DType::f32, 161), &one_query) != nullptr);
+  CHECK(decode->refusal(Arch::parse("sm_80").value(), square(DType::f32, 256), &one_query) == nullptr);
+  CHECK(decode->refusal(sm86, square(DType::bf16, 256), &one_query) == nullptr);
+  // Decode shapes it refuses run on fa2_sm80.
+  CHECK(std::string(pick_family(sm86, square(DType::f32, 256), &one_query)->name()) == "fa2_sm80");
+
+  // Asked for by name, it says what does not fit: head dims, dtype, arch and bytes.
+  const Semantics s = square(DType::f32, 256);
+  const Status st = check_variant({"decode_sm80", s, decode->default_tiling(sm86, s, nullptr)}, sm86);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == Code::unsupported);
+  const std::string msg = st.error().message();
+  INFO(msg);
+  for (const char* want : {"decode_sm80", "f32", "dqk256", "sm_86", "150784 bytes", "101376"})
+    CHECK_MESSAGE(has(msg, want), want);
+}

@@ -294,7 +294,9 @@ TEST_CASE("extents near 2^63 are refused without overflowing (issue 6, defect 4)
   auto r = validate_problem(a);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code() == Code::invalid_argument);
-  CHECK(r.error().message().rfind("k:", 0) == 0);
+  // Since issue 21 G1 the head count is bounded before any product (test_tensor_layout.cpp
+  // covers the extent arithmetic itself).
+  CHECK(r.error().message().rfind("k.shape[2] (heads) must be at most 65535", 0) == 0);
 
   // The largest shapes the rules allow, q broadcast (all strides 0): the element count alone
   // exceeds int64, though q's own extent is one element.
@@ -323,4 +325,94 @@ TEST_CASE("negative shapes name the argument; scales print faithfully (issue 6, 
   a = make();
   a.softmax_scale = -1e-30f;
   CHECK(mentions(error_of(a), "got -1e-30"));
+}
+
+namespace {
+// Paged decode: B sequences of one query each against pools of `pages` pages of `page_size`
+// keys, each sequence using up to `max_pages` of them (a table row each, kv_lens set).
+AttentionArgs make_paged(std::int64_t B = 2, std::int64_t pages = 32, std::int64_t page_size = 256,
+                         std::int64_t max_pages = 4) {
+  AttentionArgs a = make(DType::f16, B, 1, page_size, 8, 2, 64, 64);
+  a.k = TensorView::bshd(addr(2), DType::f16, pages, page_size, 2, 64);
+  a.v = TensorView::bshd(addr(3), DType::f16, pages, page_size, 2, 64);
+  a.kv_lens = i32(5);
+  a.paged = PagedKv{i32(6), max_pages, max_pages};
+  return a;
+}
+}  // namespace
+
+TEST_CASE("paged: a valid pool validates into the keys a sequence may hold") {
+  const AttentionArgs a = make_paged();  // the problem keeps a pointer to it
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->shape.seqlen_k == 4 * 256);
+  CHECK(r->shape.page_size == 256);
+  const FjAttentionParams p = attention_params(r.value());
+  CHECK(p.max_pages == 4);
+  CHECK(p.num_pages == 32);
+}
+
+TEST_CASE("paged: max_pages * page_size is bounded without overflowing (issue 21 G1)") {
+  // Pools [32, 256, 2, 64], max_pages = table_stride = 2^56: 2^56 * 256 wrapped to 0 and passed
+  // the 2^30 bound (UBSan: signed overflow), and a kernel compiled for it.
+  const std::int64_t huge = std::int64_t(1) << 56;
+  AttentionArgs a = make_paged(2, 32, 256, huge);
+  std::string msg = error_of(a);
+  CHECK(mentions(msg, "paged.max_pages must be in [1, 4194304]"));
+  CHECK(mentions(msg, "got 72057594037927936"));
+  // The largest row the bound allows passes; one more page does not.
+  a = make_paged(2, 32, 256, (std::int64_t(1) << 30) / 256);
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->shape.seqlen_k == std::int64_t(1) << 30);
+  a = make_paged(2, 32, 256, (std::int64_t(1) << 30) / 256 + 1);
+  CHECK(mentions(error_of(a), "paged.max_pages must be in [1, 4194304]"));
+  for (std::int64_t bad : {std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(),
+                           std::int64_t(-1), std::int64_t(0)}) {
+    a = make_paged(2, 32, 256, bad);
+    CHECK(mentions(error_of(a), "paged.max_pages must be in [1, 4194304]"));
+  }
+  // k.shape[2] (Hkv) is bounded even where q has no heads to divide (no product of it wraps).
+  a = make(DType::f16, 1, 4, 4, 0, 1, 64, 64);
+  a.k.shape[2] = a.v.shape[2] = std::int64_t(1) << 40;
+  a.k.stride[2] = a.v.stride[2] = 0;
+  CHECK(mentions(error_of(a), "k.shape[2] (heads) must be at most 65535, got 1099511627776"));
+}
+
+TEST_CASE("paged: errors name the field the caller set and its rule (issue 21 G6)") {
+  // A page size of 2^31 was reported as "sequence lengths must be at most 2^30".
+  AttentionArgs a = make_paged(2, 32, std::int64_t(1) << 31);
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 2147483648"));
+  a = make_paged(2, 32, 0);
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 0"));
+  a = make_paged(2, 0, 16);
+  CHECK(mentions(error_of(a), "k.shape[0] (pages) is the number of pages with paged and must be in [1, 2147483647], got 0"));
+  a = make_paged();
+  a.v.shape[0] = 31;
+  CHECK(mentions(error_of(a), "v.shape[0] (pages) is 31 but must equal k.shape[0] = 32"));
+  a = make_paged();
+  a.v.shape[1] = 128;
+  CHECK(mentions(error_of(a), "v.shape[1] (page_size) is 128 but must equal k.shape[1] = 256"));
+  a = make_paged();
+  a.paged->table_stride = 3;
+  CHECK(mentions(error_of(a), "paged.table_stride must be >= paged.max_pages = 4, got 3"));
+
+  // Paged with varlen: a bad sequence count was reported as the block table's shape.
+  a = make_paged(1, 32, 16);
+  a.q = TensorView::bshd(addr(1), DType::f16, 1, 10, 8, 64);
+  a.o = TensorView::bshd(addr(4), DType::f16, 1, 10, 8, 64);
+  a.varlen = Varlen{i32(7), nullptr, 3, 4, 64};
+  REQUIRE(validate_problem(a).ok());
+  a.varlen->batch = -1;
+  CHECK(mentions(error_of(a), "varlen.batch must be in [0, 65535], got -1"));
+  a.varlen->batch = std::numeric_limits<std::int64_t>::min();
+  CHECK(mentions(error_of(a), "varlen.batch must be in [0, 65535]"));
+
+  // Without paged, the lengths name their tensor.
+  a = make();
+  a.k.shape[1] = a.v.shape[1] = (std::int64_t(1) << 30) + 1;
+  CHECK(mentions(error_of(a), "k.shape[1] (seq) must be at most 2^30, got 1073741825"));
+  a = make();
+  a.q.shape[1] = a.o.shape[1] = (std::int64_t(1) << 30) + 1;
+  CHECK(mentions(error_of(a), "q.shape[1] (seq) must be at most 2^30, got 1073741825"));
 }

@@ -84,6 +84,164 @@ write(c, "issue6_defect5_range_wraps",
       args(tensor(top, F16, (1, 1, 1, 1)), tensor(A[2], F16, (1, 1, 1, 1)), tensor(A[3], F16, (1, 1, 1, 1)),
            tensor(top, F16, (1, 1, 1, 1))))
 
+# --- fuzz_c_abi_v2: flashjit_attention_args_v2 bytes, its present structs, the arch, a tail -
+V2_SIZE, ABI_V2 = 400, 2  # sizeof(flashjit_attention_args_v2), FLASHJIT_ABI_VERSION
+I64_MIN = -2**63
+# Every integer field meets these: zero, signs, int32's edges, the issue 21 G1 value, int64's edges.
+BOUNDARIES = {"0": 0, "-1": -1, "1": 1, "2p31_minus_1": 2**31 - 1, "2p31": 2**31, "2p56": 2**56,
+              "i64_max": I64_MAX, "i64_min": I64_MIN}
+
+
+def contiguous(b, s, h, d):
+    return [[b, s, h, d], [s * h * d, h * d, d, 1]]
+
+
+class V2:
+    """One flashjit_attention_args_v2 and the structs it points to (None: a null pointer)."""
+
+    def __init__(self, dtype=F16, B=2, Sq=100, Sk=120, Hq=8, Hkv=2, D=64):
+        self.struct_size, self.abi_version = V2_SIZE, ABI_V2
+        # [data, dtype, reserved, shape, stride]: strides stay as made when a seed changes a shape.
+        self.q = [A[1], dtype, 0] + contiguous(B, Sq, Hq, D)
+        self.k = [A[2], dtype, 0] + contiguous(B, Sk, Hkv, D)
+        self.v = [A[3], dtype, 0] + contiguous(B, Sk, Hkv, D)
+        self.o = [A[4], dtype, 0] + contiguous(B, Sq, Hq, D)
+        self.mask, self.fp32_math, self.scale, self.softcap = 0, 0, 0.0, 0.0
+        self.sinks = self.kv_lens = 0
+        self.lse = self.varlen = self.window = self.alibi = self.paged = None
+        self.arch, self.tail = b"", b""
+
+    @staticmethod
+    def _tensor(t):
+        addr, dtype, reserved, shape, stride = t
+        return tensor(addr, dtype, shape, stride, reserved)
+
+    def bytes(self):
+        present = lambda x: 1 if x is not None else 0
+        out = struct.pack("<II", self.struct_size & 0xFFFFFFFF, self.abi_version & 0xFFFFFFFF)
+        out += b"".join(self._tensor(t) for t in (self.q, self.k, self.v, self.o))
+        out += struct.pack("<Qiiff", present(self.lse), self.mask, self.fp32_math, self.scale, self.softcap)
+        out += struct.pack("<QQQQQQ", present(self.varlen), present(self.window), present(self.alibi),
+                           self.sinks, self.kv_lens, present(self.paged))
+        if self.lse is not None:
+            out += lse_view(*self.lse)
+        if self.varlen is not None:
+            out += struct.pack("<QQqqq", *self.varlen)
+        if self.window is not None:
+            out += struct.pack("<qq", *self.window)
+        if self.alibi is not None:
+            out += struct.pack("<Qq", *self.alibi)
+        if self.paged is not None:
+            out += struct.pack("<Qqq", *self.paged)
+        if self.arch or self.tail:
+            out += self.arch + b"\0" + self.tail
+        return out
+
+
+def every_option(dtype=F16):
+    """Varlen (3 sequences packed in 300 query and 360 key rows), causal with a window, softcap,
+    ALiBi per batch, sinks and the LSE."""
+    a = V2(dtype, B=1, Sq=300, Sk=360)
+    a.mask, a.softcap = 1, 30.0
+    a.varlen = [A[5], A[5] + 256, 3, 150, 200]
+    a.window = [64, 0]
+    a.alibi = [A[6], 8]
+    a.sinks = A[6] + 4096
+    a.lse = (A[7], (1, 8, 300))
+    return a
+
+
+def paged(B=2, pages=32, page_size=256, max_pages=4):
+    """Paged decode: B sequences of one query, pools [pages, page_size, 2, 64], kv_lens set."""
+    a = V2(B=B, Sq=1, Hq=8, Hkv=2)
+    a.k[3:] = contiguous(pages, page_size, 2, 64)
+    a.v[3:] = contiguous(pages, page_size, 2, 64)
+    a.kv_lens = A[5]
+    a.paged = [A[6], max_pages, max_pages]
+    return a
+
+
+def paged_varlen():
+    """Chunked prefill over a paged cache: 3 sequences packed in 10 query rows."""
+    a = paged(B=1, page_size=16)
+    a.q[3:] = contiguous(1, 10, 8, 64)
+    a.o[3:] = contiguous(1, 10, 8, 64)
+    a.varlen = [A[7], 0, 3, 4, 64]
+    return a
+
+
+def with_fields(a, **fields):
+    for name, value in fields.items():
+        setattr(a, name, value)
+    return a
+
+
+c2 = "fuzz_c_abi_v2"
+write(c2, "valid_gqa_f16", V2().bytes())
+write(c2, "valid_every_option_bf16_sm90a", with_fields(every_option(BF16), arch=b"sm_90a").bytes())
+write(c2, "valid_every_option_f32_sm86", with_fields(every_option(F32), arch=b"sm_86").bytes())
+write(c2, "valid_paged_decode", paged().bytes())
+write(c2, "valid_paged_varlen", paged_varlen().bytes())
+# A caller built against a newer header: zeros past the known struct pass, a set byte does not.
+write(c2, "valid_newer_caller_zero_tail", with_fields(V2(), struct_size=V2_SIZE + 8).bytes())
+write(c2, "newer_caller_field_set", with_fields(V2(), struct_size=V2_SIZE + 8, tail=b"\0\0\0\0\x05").bytes())
+for name, size in [("0", 0), ("8", 8), ("one_short", V2_SIZE - 1), ("4096", 4096), ("4097", 4097), ("2p31", 2**31),
+                   ("u32_max", 2**32 - 1)]:
+    write(c2, "struct_size_" + name, with_fields(V2(), struct_size=size).bytes())
+for name, version in [("0", 0), ("1", 1), ("3", 3), ("2p31", 2**31), ("u32_max", 2**32 - 1)]:
+    write(c2, "abi_version_" + name, with_fields(V2(), abi_version=version).bytes())
+# Issue 21 G1: max_pages = table_stride = 2^56 made max_pages * page_size wrap to 0 (UBSan: signed
+# overflow); the call was accepted and a kernel compiled.
+write(c2, "issue21_g1_paged_max_pages_2p56", paged(max_pages=2**56).bytes())
+# Issue 21 G6: errors that named another field than the one set.
+write(c2, "issue21_g6_page_size_2p31", paged(page_size=2**31).bytes())
+a = paged_varlen()
+a.varlen[2] = -1
+write(c2, "issue21_g6_paged_varlen_batch_minus_1", a.bytes())
+
+
+def set_path(a, path, value):
+    """Sets a field by path: "varlen.2" is the third field of varlen, "k.3.1" k's shape[1]."""
+    parts = path.split(".")
+    target = a
+    for p in parts[:-1]:
+        target = getattr(target, p) if isinstance(target, V2) else target[int(p)]
+    last = parts[-1]
+    if isinstance(target, V2):
+        setattr(target, last, value)
+    else:
+        target[int(last)] = value
+
+
+# Each integer field at each boundary, the rest valid: (seed base, field path, name).
+FIELDS = [(every_option, "varlen.2", "varlen.batch"), (every_option, "varlen.3", "varlen.max_seqlen_q"),
+          (every_option, "varlen.4", "varlen.max_seqlen_k"), (every_option, "window.0", "window.left"),
+          (every_option, "window.1", "window.right"), (every_option, "alibi.1", "alibi.batch_stride"),
+          (paged, "paged.1", "paged.table_stride"), (paged, "paged.2", "paged.max_pages"),
+          (paged, "k.3.0", "paged_k.shape0_pages"), (paged, "k.3.1", "paged_k.shape1_page_size"),
+          (paged_varlen, "varlen.2", "paged_varlen.batch"), (paged_varlen, "varlen.4", "paged_varlen.max_seqlen_k")]
+FIELDS += [(V2, "%s.3.%d" % (t, i), "%s.shape%d" % (t, i)) for t in "qk" for i in range(4)]
+for make, path, name in FIELDS:
+    for label, value in BOUNDARIES.items():
+        a = make()
+        set_path(a, path, value)
+        if path == "paged.2":  # the table stride follows, as in the G1 reproducer
+            a.paged[1] = max(value, 1)
+        write(c2, "boundary_%s_%s" % (name, label), a.bytes())
+# 32-bit fields: the enums and a tensor's reserved word.
+for label, value in [("-1", -1), ("2", 2), ("2p31_minus_1", 2**31 - 1), ("i32_min", -2**31)]:
+    for path, name in [("mask", "mask"), ("fp32_math", "fp32_math"), ("q.1", "q.dtype"), ("q.2", "q.reserved")]:
+        a = every_option()
+        set_path(a, path, value)
+        write(c2, "boundary32_%s_%s" % (name, label), a.bytes())
+for label, value in [("nan", float("nan")), ("inf", float("inf")), ("-1", -1.0), ("denormal", 1e-45)]:
+    for name in ["scale", "softcap"]:
+        write(c2, "float_%s_%s" % (name, label), with_fields(every_option(), **{name: value}).bytes())
+# Device arrays the host never reads: misaligned, onto o (which the kernel writes), at the top of memory.
+for name in ["sinks", "kv_lens"]:
+    for label, value in [("misaligned", A[6] + 1), ("onto_o", A[4]), ("top_of_memory", 2**64 - 4)]:
+        write(c2, "pointer_%s_%s" % (name, label), with_fields(every_option(), **{name: value}).bytes())
+
 # --- fuzz_bundle_import: flags byte (1: repair checksums) + bundle bytes ----------------------
 REPAIR = b"\x01"
 AS_GIVEN = b"\x00"

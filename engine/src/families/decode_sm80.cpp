@@ -37,6 +37,9 @@ fj_layout::DecodeLayout layout(const Semantics& s, const Tiling& t) {
                                   t[kStages]);
 }
 
+// The least shared memory: one 16-row tile, 2 warps of 16 keys, the two stages the pipeline needs.
+const Tiling kSmallest(kKnobs, {1, 2, 16, 2, 0});
+
 class DecodeSm80 final : public KernelFamily {
  public:
   const char* name() const override { return kKnobs.family; }
@@ -44,10 +47,12 @@ class DecodeSm80 final : public KernelFamily {
   const char* entry_template() const override { return "decode_sm80/decode.cu"; }
   int priority() const override { return kPriority; }
 
-  const char* refusal(const Arch& arch, const Semantics&, const ProblemShape* shape) const override {
+  // fp32 head dims above 160 do not fit sm_86's and sm_89's 99 KiB even in kSmallest: fa2_sm80
+  // runs those decode shapes there.
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
     if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
     if (shape && shape->seqlen_q > kMaxQueries) return "more than 16 queries per sequence: a prefill shape";
-    return nullptr;
+    return smem_refusal(*this, arch, s);
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
@@ -64,13 +69,15 @@ class DecodeSm80 final : public KernelFamily {
   // Defaults: 128-key tiles on 8 warps, two stages, one CTA an SM (~140 KB at D = 128). Tuned on
   // the H100, bf16, D = 128, against 64-key tiles on 4 warps with three stages (two CTAs an SM):
   // 16% faster at (1, 32:8, 32K), 9% at (16, 32:8, 4K), 1% at (64, 32:32, 2K). Larger head dims
-  // shrink to 4 warps to fit.
+  // shrink to 4 warps, then 2, to fit (kSmallest fits: refusal() checked).
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     Tiling t(kKnobs, {1, 8, 16, 2, 0});
-    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kStages] > 2) --t[kStages];
-    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kWarps] > 2) t[kWarps] /= 2;
+    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kStages] > kSmallest[kStages]) --t[kStages];
+    while (layout(s, t).smem_bytes > arch_smem_limit(arch) && t[kWarps] > kSmallest[kWarps]) t[kWarps] /= 2;
     return t;
   }
+
+  int min_smem_bytes(const Semantics& s) const override { return layout(s, kSmallest).smem_bytes; }
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out;
@@ -103,6 +110,11 @@ class DecodeSm80 final : public KernelFamily {
   struct SplitLayout {
     std::size_t tickets_bytes, lse_offset, o_offset, bytes;
   };
+  // Splits x sequences x heads x queries rows of up to kMaxHeadDim floats, within validation's
+  // bounds: far below 2^63 bytes, so the sizes below need no checks.
+  static_assert(std::int64_t(kMaxSplits) * kMaxBatch * kMaxHeads * kMaxQueries <=
+                    (std::int64_t(1) << 62) / (kMaxHeadDim * sizeof(float)),
+                "decode workspace sizes must fit int64");
   static SplitLayout workspace_layout(const AttentionProblem& p, const KernelVariant& v, int splits) {
     constexpr std::size_t kAlign = 256;
     auto up = [](std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; };

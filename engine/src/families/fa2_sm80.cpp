@@ -20,6 +20,8 @@ const KnobTable kKnobs{"fa2_sm80",
 constexpr int kMmaRows = 16;    // rows of one mma tile: each warp owns a multiple of it
 constexpr int kMaxWarps = 8;    // 256 threads keep 255 registers a thread available
 constexpr int kPriority = 100;  // the portable fallback: every faster family goes first
+// The least shared memory: one warp's 16 rows, 16-key tiles, the two stages the pipeline needs.
+const Tiling kSmallest(kKnobs, {kMmaRows, 16, 1, 2});
 
 class Fa2Sm80 final : public KernelFamily {
  public:
@@ -28,9 +30,9 @@ class Fa2Sm80 final : public KernelFamily {
   const char* entry_template() const override { return "fa2_sm80/forward.cu"; }
   int priority() const override { return kPriority; }
 
-  const char* refusal(const Arch& arch, const Semantics&, const ProblemShape*) const override {
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
-    return nullptr;
+    return smem_refusal(*this, arch, s);
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
@@ -51,6 +53,8 @@ class Fa2Sm80 final : public KernelFamily {
         .smem_bytes;
   }
 
+  int min_smem_bytes(const Semantics& s) const override { return smem_bytes(s, kSmallest); }
+
   // Defaults from timing on the H100 (bench/); sm_8x parts with 99 KB get the smaller tiles.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     const int d = std::max(s.head_dim_qk, s.head_dim_v);
@@ -66,9 +70,15 @@ class Fa2Sm80 final : public KernelFamily {
     } else {
       t = Tiling(kKnobs, {128, 64, 8, 2});
     }
-    // Shrink until it fits the arch: halve BLOCK_N, then BLOCK_M.
-    while (smem_bytes(s, t) > arch_smem_limit(arch) && t[kBlockN] > 16) t[kBlockN] /= 2;
-    while (smem_bytes(s, t) > arch_smem_limit(arch) && t[kBlockM] > 16 * t[kWarps]) t[kBlockM] /= 2;
+    // Shrink until it fits the arch: halve BLOCK_N, then BLOCK_M and the warps with it (each
+    // keeps its 16 rows), down to kSmallest, which refusal() found to fit (fp32 at D = 193-256
+    // on sm_86 and sm_89: 32 rows on 2 warps).
+    const int limit = arch_smem_limit(arch);
+    while (smem_bytes(s, t) > limit && t[kBlockN] > kSmallest[kBlockN]) t[kBlockN] /= 2;
+    while (smem_bytes(s, t) > limit && t[kBlockM] > kSmallest[kBlockM]) {
+      t[kBlockM] /= 2;
+      t[kWarps] = std::min(t[kWarps], t[kBlockM] / kMmaRows);
+    }
     return t;
   }
 

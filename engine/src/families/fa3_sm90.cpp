@@ -53,6 +53,9 @@ constexpr std::int64_t kPersistentKeys = 8192;
 // 112 at 192, 128-176 at 128, 128-192 at 64) and their neighbours.
 constexpr int kCandidateBlockN[] = {64, 80, 96, 112, 128, 144, 176, 192};
 
+// The least shared memory: one consumer warpgroup, 16-key tiles, two stages.
+const Tiling kSmallest(kKnobs, {1, 16, 2, 0, 1});
+
 fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
   return fj_layout::fa3_layout(s.head_dim_qk, s.head_dim_v, t[kWarpgroups], t[kBlockN], t[kStages], !s.varlen);
 }
@@ -109,8 +112,10 @@ class Fa3Sm90 final : public KernelFamily {
       return "paged caches whose page size is not a multiple of 8 keys: TMA boxes must start on the swizzle's 8-row repeat";
     if (shape && (shape->seqlen_q == 0 || shape->seqlen_k == 0))
       return "an empty problem (no queries or no keys): a TMA view needs at least one row";
-    return nullptr;
+    return smem_refusal(*this, arch, s);
   }
+
+  int min_smem_bytes(const Semantics& s) const override { return layout(s, kSmallest).smem_bytes; }
 
   Status check_tiling(const Semantics& s, const Tiling& t) const override {
     auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
@@ -227,6 +232,9 @@ class Fa3Sm90 final : public KernelFamily {
     // padding (the kernel walks its keys and stores nothing).
     const std::int64_t cluster = t[kCluster];
     const std::int64_t m_blocks = (p.shape.seqlen_q + block_m * cluster - 1) / (block_m * cluster) * cluster;
+    // Query blocks (at most 2^30), heads and sequences within validation's bounds: fits int64.
+    static_assert(kMaxSeqLen <= std::numeric_limits<std::int64_t>::max() / kMaxHeads / kMaxBatch,
+                  "a tile count must fit int64");
     const std::int64_t tiles = m_blocks * p.shape.heads_q * p.shape.batch;
     if (tiles > std::numeric_limits<int>::max())
       return Error(Code::unsupported, "fa3_sm90: " + std::to_string(tiles) +
