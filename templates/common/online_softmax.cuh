@@ -14,6 +14,11 @@
 #ifndef FJ_LAZY_RESCALE
 #define FJ_LAZY_RESCALE 0
 #endif
+// Developer switch: FJ_RESCALE_PER_ROW=1 multiplies only the O rows whose max moved (a branch
+// per thread and row) instead of all of a warp's O when any of its rows moved.
+#ifndef FJ_RESCALE_PER_ROW
+#define FJ_RESCALE_PER_ROW 0
+#endif
 
 namespace fj {
 
@@ -88,7 +93,19 @@ struct OnlineSoftmax {
   // update()'s second half. Warp-uniform: skips the multiply over all of O unless some row of
   // the warp moved its max.
   FJ_DEVICE void rescale(float (&o)[kMTiles][kNTilesO][4], const float (&alpha)[kMTiles][2], bool any_rescale) {
-    if (any_rescale) {
+    if (FJ_RESCALE_PER_ROW) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (alpha[mt][h] != 1.f) {
+#pragma unroll
+            for (int nt = 0; nt < kNTilesO; ++nt) {
+              o[mt][nt][2 * h] *= alpha[mt][h];
+              o[mt][nt][2 * h + 1] *= alpha[mt][h];
+            }
+          }
+    } else if (any_rescale) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
