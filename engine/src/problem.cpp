@@ -70,7 +70,7 @@ Status check_varlen(const AttentionArgs& a, std::int64_t Sq_total, std::int64_t 
 }
 
 // Page pools and the block table's row: what bounds the keys a sequence may hold. The table's
-// rows are checked once the number of sequences is (varlen.batch with varlen).
+// rows are checked later, once the number of sequences (varlen.batch with varlen) is.
 Status check_paged(const AttentionArgs& a) {
   const PagedKv& pk = *a.paged;
   if (!a.kv_lens) return bad("paged needs kv_lens: how many keys each sequence uses");
