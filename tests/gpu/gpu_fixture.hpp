@@ -100,6 +100,22 @@ inline void check_one(const tools::AttentionCase& c) {
   }
 }
 
+// Poisons the output, runs `c` on `tiling` (which names its family) and checks it against the
+// reference: every element written, within the dtype's bound, no bad LSE entry.
+inline tools::CheckResult check_on_tiling(const tools::AttentionCase& c, const Tiling& tiling) {
+  Fixture& f = Fixture::get();
+  REQUIRE(c.poison().ok());
+  auto st = f.engine->forward_with_tiling(c.args(), tiling);
+  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+  REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
+  auto r = c.check();
+  REQUIRE(r.ok());
+  CHECK(r->unwritten == 0);
+  CHECK(r->rel_l2 <= tolerance(c.spec()));
+  if (c.spec().lse) CHECK(r->lse_bad == 0);
+  return r.value();
+}
+
 // One forward() of a warm variant captured on `stream` into an instantiated graph, freed with it.
 struct CapturedForward {
   const DriverLibrary* drv = nullptr;

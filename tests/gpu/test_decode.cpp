@@ -150,14 +150,7 @@ TEST_CASE("split and unsplit keys give the same answer; a split run repeats bit 
   auto run = [&](int splits) {
     Tiling t = parse_tiling("decode_sm80", "r1w4k16s3p0").value();
     t[knobs->index("splits")] = splits;
-    REQUIRE(c->poison().ok());
-    auto st = f.engine->forward_with_tiling(c->args(), t);
-    REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-    REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
-    auto r = c->check().value();
-    CHECK(r.unwritten == 0);
-    CHECK(r.rel_l2 <= gpu_test::tolerance(s));
-    CHECK(r.lse_bad == 0);
+    const tools::CheckResult r = gpu_test::check_on_tiling(*c, t);
     std::printf("  splits %-3d rel_l2 %.2e lse_err %.2e\n", splits, r.rel_l2, r.lse_max_abs);
     return r.rel_l2;
   };

@@ -15,16 +15,7 @@ namespace {
 // Two correct rounding orders move the error by ~1% from case to case.
 constexpr double kSameErrorMargin = 0.03;
 
-double error_on(const tools::AttentionCase& c, const Tiling& t) {
-  Fixture& f = Fixture::get();
-  REQUIRE(c.poison().ok());
-  auto st = f.engine->forward_with_tiling(c.args(), t);
-  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-  REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
-  auto r = c.check().value();
-  CHECK(r.unwritten == 0);
-  return r.rel_l2;
-}
+double error_on(const tools::AttentionCase& c, const Tiling& t) { return gpu_test::check_on_tiling(c, t).rel_l2; }
 
 }  // namespace
 

@@ -89,15 +89,7 @@ void check_on_fa2(const std::vector<CaseSpec>& specs) {
     if (planned.family == "fa2_sm80") continue;
     const Tiling t = find_family("fa2_sm80")->default_tiling(arch, planned.semantics, nullptr);
     INFO(s.describe() << " on fa2_sm80 " << t.name());
-    REQUIRE(c->poison().ok());
-    auto st = f.engine->forward_with_tiling(c->args(), t);
-    if (!st.ok() && st.error().code() == Code::unsupported) continue;
-    REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-    REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
-    auto r = c->check().value();
-    CHECK(r.unwritten == 0);
-    CHECK(r.rel_l2 <= gpu_test::tolerance(s));
-    CHECK(r.lse_bad == 0);
+    gpu_test::check_on_tiling(*c, t);
     ++ran;
   }
   std::printf("  %d cases also run on fa2_sm80\n", ran);
