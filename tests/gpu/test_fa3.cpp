@@ -63,20 +63,9 @@ struct Errors {
 
 // Runs one case on `tiling` (which names its family) and checks it against the reference.
 Errors run(const tools::AttentionCase& c, const Tiling& tiling) {
-  Fixture& f = Fixture::get();
-  REQUIRE(c.poison().ok());
-  auto st = f.engine->forward_with_tiling(c.args(), tiling);
-  REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
-  REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
-  auto r = c.check();
-  REQUIRE(r.ok());
-  CHECK(r->unwritten == 0);
-  CHECK(r->rel_l2 <= gpu_test::tolerance(c.spec()));
-  if (c.spec().lse) {
-    CHECK(r->lse_bad == 0);
-    CHECK(r->lse_max_abs <= 1e-2);
-  }
-  return {r->rel_l2, r->lse_max_abs};
+  const tools::CheckResult r = gpu_test::check_on_tiling(c, tiling);
+  if (c.spec().lse) CHECK(r.lse_max_abs <= 1e-2);
+  return {r.rel_l2, r.lse_max_abs};
 }
 
 // The tiling, the same on the other grid (one CTA per tile, or a persistent one walking many;
