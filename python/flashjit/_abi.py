@@ -1,0 +1,204 @@
+"""flashjit from Python through ctypes, on PyTorch tensors' data pointers: nothing to compile.
+
+    import torch, flashjit_ctypes as fj
+    lib = fj.load("build/libflashjit.so")
+    o = torch.empty_like(q)
+    fj.forward(lib, q, k, v, o, causal=True)   # q, k, v, o: [B, S, H, D] views (any strides)
+
+    # A ragged batch packed along the sequence axis ([1, total, H, D]), sliding window, softcap,
+    # ALiBi, sinks, per-sequence cache lengths, paged caches: flashjit_attention_args_v2.
+    fj.forward(lib, q, k, v, o, causal=True, varlen=(cu_q, cu_k, max_q, max_k), window=(1024, 0))
+
+Calls go through flashjit_forward_v2 (ABI version 2; version 3 adds flags, for the checked
+mode). Against an older library (ABI 1) the v1 entry point is used, and only the options it has
+are accepted. The pip package (flashjit) calls through this module too.
+"""
+import ctypes
+import os
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("reserved", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 4), ("stride", ctypes.c_int64 * 4)]
+
+
+class Lse(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("shape", ctypes.c_int64 * 3), ("stride", ctypes.c_int64 * 3)]
+
+
+class Args(ctypes.Structure):
+    """flashjit_attention_args (ABI version 1)."""
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", ctypes.POINTER(Lse)),
+                ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
+                ("reserved", ctypes.c_int32)]
+
+
+class Varlen(ctypes.Structure):
+    _fields_ = [("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("batch", ctypes.c_int64),
+                ("max_seqlen_q", ctypes.c_int64), ("max_seqlen_k", ctypes.c_int64)]
+
+
+class Window(ctypes.Structure):
+    _fields_ = [("left", ctypes.c_int64), ("right", ctypes.c_int64)]
+
+
+class Alibi(ctypes.Structure):
+    _fields_ = [("slopes", ctypes.c_void_p), ("batch_stride", ctypes.c_int64)]
+
+
+class PagedKv(ctypes.Structure):
+    _fields_ = [("block_table", ctypes.c_void_p), ("table_stride", ctypes.c_int64), ("max_pages", ctypes.c_int64)]
+
+
+class ArgsV2(ctypes.Structure):
+    """flashjit_attention_args_v2: starts with its own size, so the library can grow it."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32),
+                ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor), ("lse", ctypes.POINTER(Lse)),
+                ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
+                ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
+                ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
+                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+ABI_VERSION = 3
+CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
+_DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
+
+
+class FlashjitError(RuntimeError):
+    pass
+
+
+def load(path=None):
+    path = path or os.environ.get("FLASHJIT_LIB", "libflashjit.so")
+    lib = ctypes.CDLL(path)
+    lib.flashjit_last_error.restype = ctypes.c_char_p
+    lib.flashjit_version.restype = ctypes.c_char_p
+    lib.flashjit_args_size.restype = ctypes.c_uint64
+    lib.flashjit_engine_create.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.flashjit_engine_destroy.argtypes = [ctypes.c_void_p]
+    lib.flashjit_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(Args), ctypes.c_void_p]
+    if lib.flashjit_args_size() != ctypes.sizeof(Args):
+        raise FlashjitError("flashjit_attention_args layout mismatch: library %d bytes, binding %d"
+                            % (lib.flashjit_args_size(), ctypes.sizeof(Args)))
+    lib.abi = lib.flashjit_abi_version()
+    if lib.abi >= 2:
+        lib.flashjit_forward_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(ArgsV2), ctypes.c_void_p]
+        lib.flashjit_args_v2_size.restype = ctypes.c_uint64
+        if lib.flashjit_args_v2_size() < ctypes.sizeof(ArgsV2):
+            raise FlashjitError("flashjit_attention_args_v2 is %d bytes in the library, %d here: update the library"
+                                % (lib.flashjit_args_v2_size(), ctypes.sizeof(ArgsV2)))
+    engine = ctypes.c_void_p()
+    if lib.flashjit_engine_create(ctypes.byref(engine)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+    lib.engine = engine
+    return lib
+
+
+def tensor(t):
+    """A [B, S, H, D] torch tensor (any strides) as a flashjit_tensor."""
+    if t.dim() != 4:
+        raise ValueError("expected a 4-d [batch, seq, heads, head_dim] view")
+    x = Tensor()
+    x.data = t.data_ptr()
+    x.dtype = _DTYPES[str(t.dtype)]
+    for i in range(4):
+        x.shape[i] = t.shape[i]
+        x.stride[i] = t.stride(i)
+    return x
+
+
+def _lse(lse):
+    l = Lse()
+    l.data = lse.data_ptr()
+    for i in range(3):
+        l.shape[i] = lse.shape[i]
+        l.stride[i] = lse.stride(i)
+    return l
+
+
+def make_args(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False):
+    """Version 1 arguments (no varlen, window, softcap, ALiBi or sinks)."""
+    a = Args(tensor(q), tensor(k), tensor(v), tensor(o))
+    a.mask = 1 if causal else 0
+    a.fp32_math = 1 if tf32 else 0
+    a.softmax_scale = scale
+    if lse is not None:  # [B, Hq, Sq] float32
+        a._keep = _lse(lse)
+        a.lse = ctypes.pointer(a._keep)
+    return a
+
+
+def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varlen=None, window=None,
+                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None, check=False):
+    """Version 2 arguments.
+
+    varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
+                  batch + 1 prefix sums; q, k, v, o are then [1, total, H, D]
+    window:       (left, right) keys before / after the diagonal, -1 for unbounded
+    softcap:      > 0: scores become softcap * tanh(score / softcap)
+    alibi_slopes: float32 device tensor [Hq] or [B, Hq]
+    sinks:        float32 device tensor [Hq] of logits joining each row's softmax denominator
+    kv_lens:      int32 device tensor [B]: keys each sequence uses of its cache (cache_seqlens)
+    block_table:  int32 device tensor [B, max_pages]: k and v are then page pools
+                  [num_pages, page_size, Hkv, D] (needs kv_lens)
+    check:        checked mode: the library reads back cu_seqlens, kv_lens and the block table and
+                  raises on a bad entry (naming the array and index) instead of clamping it on the
+                  device; costs one synchronization (FLASHJIT_CHECK=1 turns it on for every call)
+    """
+    a = ArgsV2()
+    a.struct_size = ctypes.sizeof(ArgsV2)
+    a.abi_version = ABI_VERSION
+    a.q, a.k, a.v, a.o = tensor(q), tensor(k), tensor(v), tensor(o)
+    a.mask = 1 if causal else 0
+    a.fp32_math = 1 if tf32 else 0
+    a.softmax_scale = scale
+    a.softcap = softcap
+    keep = []
+    if lse is not None:
+        keep.append(_lse(lse))
+        a.lse = ctypes.pointer(keep[-1])
+    if varlen is not None:
+        cu_q, cu_k, max_q, max_k = varlen
+        keep.append(Varlen(cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1, max_q, max_k))
+        a.varlen = ctypes.pointer(keep[-1])
+    if window is not None:
+        keep.append(Window(window[0], window[1]))
+        a.window = ctypes.pointer(keep[-1])
+    if alibi_slopes is not None:
+        keep.append(Alibi(alibi_slopes.data_ptr(), alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0))
+        a.alibi = ctypes.pointer(keep[-1])
+    if sinks is not None:
+        a.sinks = sinks.data_ptr()
+    if kv_lens is not None:
+        a.kv_lens = kv_lens.data_ptr()
+    if block_table is not None:
+        keep.append(PagedKv(block_table.data_ptr(), block_table.stride(0), block_table.shape[1]))
+        a.paged = ctypes.pointer(keep[-1])
+    if check:
+        a.flags |= CHECK_METADATA
+    a._keep = keep  # the structs the pointers above point at live as long as the args
+    return a
+
+
+def forward_args(lib, args, stream=0):
+    """Runs prepared arguments (make_args or make_args_v2): the cheapest call per step."""
+    if isinstance(args, ArgsV2):
+        rc = lib.flashjit_forward_v2(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream))
+    else:
+        rc = lib.flashjit_forward(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream))
+    if rc != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+
+
+def forward(lib, q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, stream=None, **v2_options):
+    """One attention call on the current PyTorch stream. v2_options: varlen, window, softcap,
+    alibi_slopes, sinks, kv_lens, block_table (see make_args_v2)."""
+    import torch
+    s = stream if stream is not None else torch.cuda.current_stream().cuda_stream
+    if getattr(lib, "abi", 1) >= 2:
+        forward_args(lib, make_args_v2(q, k, v, o, causal, lse, scale, tf32, **v2_options), s)
+    elif any(x is not None and x != 0.0 for x in v2_options.values()):
+        raise FlashjitError("this libflashjit (ABI 1) has no %s" % ", ".join(sorted(v2_options)))
+    else:
+        forward_args(lib, make_args(q, k, v, o, causal, lse, scale, tf32), s)

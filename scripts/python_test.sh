@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The Python package (pyproject.toml, python/flashjit) as a user installs it: a virtual
+# environment with PyTorch from PyPI, `pip install .` (scikit-build-core builds libflashjit.so
+# with the project's CMake into build-python/), then tests/python with pytest against the
+# installed package. No GPU needed (numerics run in the GPU suite on the device). The venv is
+# kept in build-venv/ (FLASHJIT_VENV overrides) and reused; a first run downloads ~3 GB of PyTorch
+# and its CUDA libraries.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/packages.sh
+ensure_packages "${build_packages[@]}" python3-venv
+venv=${FLASHJIT_VENV:-build-venv}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py="$venv/bin/python"
+"$py" -m pip install -q --upgrade pip
+"$py" -c "import torch, pytest" 2>/dev/null || "$py" -m pip install -q "torch>=2.4" pytest
+"$py" -m pip install -q .
+# From outside the checkout, so `import flashjit` is the installed package, not python/.
+root=$PWD
+cd "$(mktemp -d)"
+"$py" -m pytest -q -p no:cacheprovider --import-mode=importlib "$root/tests/python"

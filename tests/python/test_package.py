@@ -1,0 +1,180 @@
+"""The flashjit Python package without a GPU: import, the binding's layout against the library,
+argument checks, FlashAttention's signatures, and tracing through torch.compile and torch.export
+on fake CUDA tensors (torch's FakeTensorMode needs no device). Numerics run on the device
+(tests/gpu)."""
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flashjit
+from flashjit import FlashjitError, _abi, _library
+
+
+def fake(*shape, dtype=torch.bfloat16, device="cuda"):
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+@pytest.fixture
+def mode():
+    with FakeTensorMode(allow_non_fake_inputs=True) as m:
+        yield m
+
+
+def test_import_loads_neither_torch_nor_the_library():
+    code = ("import sys, flashjit, flashjit._library as L; "
+            "print('torch' in sys.modules, L._lib is None)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert out == ["False", "True"]
+
+
+def test_the_binding_matches_the_library():
+    lib = _library.get()  # loads without a GPU: the driver and NVRTC load on first use
+    assert lib.flashjit_args_size() == __import__("ctypes").sizeof(_abi.Args)
+    assert lib.flashjit_args_v2_size() == __import__("ctypes").sizeof(_abi.ArgsV2)
+    assert lib.flashjit_abi_version() == _abi.ABI_VERSION
+    assert flashjit.version().startswith("flashjit 0.1.0")
+    assert os.path.basename(flashjit.library_path()) == "libflashjit.so"
+
+
+def test_nvrtc_found_in_nvidia_wheels(tmp_path, monkeypatch):
+    lib_dir = tmp_path / "nvidia" / "cu13" / "lib"
+    lib_dir.mkdir(parents=True)
+    (lib_dir / "libnvrtc.so.13").write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(tmp_path)] + sys.path)
+    assert _library.nvrtc_from_wheels() == str(lib_dir / "libnvrtc.so.13")
+
+
+def test_fake_shapes(mode):
+    q, k, v = fake(2, 128, 8, 64), fake(2, 256, 2, 64), fake(2, 256, 2, 32)
+    out = flashjit.flash_attn_func(q, k, v, causal=True)
+    assert out.shape == (2, 128, 8, 32) and out.dtype == torch.bfloat16 and out.device.type == "cuda"
+    out, lse, probs = flashjit.flash_attn_func(q, k, v, return_attn_probs=True)
+    assert lse.shape == (2, 8, 128) and lse.dtype == torch.float32 and probs is None
+    cu = fake(4, dtype=torch.int32)
+    out, lse, _ = flashjit.flash_attn_varlen_func(fake(300, 8, 64), fake(500, 2, 64), fake(500, 2, 64), cu, cu, 200,
+                                                   300, causal=True, return_attn_probs=True)
+    assert out.shape == (300, 8, 64) and lse.shape == (8, 300)
+    cache = fake(4, 1024, 2, 64)
+    out, lse = flashjit.flash_attn_with_kvcache(fake(4, 1, 8, 64), cache, cache, cache_seqlens=fake(4, dtype=torch.int32),
+                                               return_softmax_lse=True)
+    assert out.shape == (4, 1, 8, 64) and lse.shape == (4, 8, 1)
+
+
+def test_paged_cache_and_appended_tokens(mode):
+    pool_k, pool_v = fake(64, 16, 2, 64), fake(64, 16, 2, 64)
+    table = fake(4, 16, dtype=torch.int32)
+    lens = fake(4, dtype=torch.int32)
+    out = flashjit.flash_attn_with_kvcache(fake(4, 3, 8, 64), pool_k, pool_v, k=fake(4, 3, 2, 64), v=fake(4, 3, 2, 64),
+                                           cache_seqlens=lens, block_table=table, causal=True)
+    assert out.shape == (4, 3, 8, 64)
+
+
+@pytest.mark.parametrize("case, needle", [
+    (lambda: flashjit.flash_attn_func(fake(2, 8, 4, 64, device="cpu"), fake(2, 8, 4, 64), fake(2, 8, 4, 64)), "q is on cpu"),
+    (lambda: flashjit.flash_attn_func(fake(2, 8, 4, 64), fake(2, 8, 4, 64, dtype=torch.float16), fake(2, 8, 4, 64)),
+     "one dtype"),
+    (lambda: flashjit.flash_attn_func(fake(2, 8, 4, 64, dtype=torch.int8), fake(2, 8, 4, 64), fake(2, 8, 4, 64)),
+     "q must be float16, bfloat16 or float32"),
+    (lambda: flashjit.flash_attn_func(fake(8, 4, 64), fake(8, 4, 64), fake(8, 4, 64)), "q must be [batch, seq, heads, head_dim]"),
+    (lambda: flashjit.flash_attn_varlen_func(fake(30, 4, 64), fake(30, 4, 64), fake(30, 4, 64), fake(3, dtype=torch.int64),
+                                             fake(3, dtype=torch.int32), 20, 20), "cu_seqlens_q must be int32"),
+    (lambda: flashjit.flash_attn_varlen_func(fake(30, 4, 64), fake(30, 4, 64), fake(30, 4, 64), fake(3, dtype=torch.int32),
+                                             fake(4, dtype=torch.int32), 20, 20), "cu_seqlens_k must have shape [3]"),
+    (lambda: flashjit.flash_attn_varlen_func(fake(30, 4, 64), fake(30, 4, 64), fake(30, 4, 64),
+                                             fake(3, dtype=torch.int32, device="cpu"), fake(3, dtype=torch.int32), 20, 20),
+     "cu_seqlens_q is on cpu"),
+    (lambda: flashjit.flash_attn_func(fake(2, 8, 4, 64), fake(2, 8, 4, 64), fake(2, 8, 4, 64),
+                                      alibi_slopes=fake(3, dtype=torch.float32)), "alibi_slopes must have shape [4]"),
+    (lambda: flashjit.flash_attn_func(fake(2, 8, 4, 64), fake(2, 8, 4, 64), fake(2, 8, 4, 64), sinks=fake(4)),
+     "sinks must be float32"),
+    (lambda: flashjit.flash_attn_with_kvcache(fake(2, 1, 4, 64), fake(8, 16, 4, 64), fake(8, 16, 4, 64),
+                                              cache_seqlens=fake(2, dtype=torch.int32), block_table=fake(3, 4, dtype=torch.int32)),
+     "block_table must have shape [2, *]"),
+])
+def test_bad_arguments_name_the_argument_and_rule(mode, case, needle):
+    with pytest.raises(FlashjitError) as e:
+        case()
+    assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda q: flashjit.flash_attn_func(q, q, q, dropout_p=0.1), "dropout_p"),
+    (lambda q: flashjit.flash_attn_varlen_func(q[0], q[0], q[0], fake(3, dtype=torch.int32), fake(3, dtype=torch.int32), 4, 4,
+                                              dropout_p=0.5), "dropout_p"),
+    (lambda q: flashjit.flash_attn_varlen_func(q[0], q[0], q[0], fake(3, dtype=torch.int32), fake(3, dtype=torch.int32), 4, 4,
+                                              seqused_q=fake(2, dtype=torch.int32)), "seqused_q"),
+    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, rotary_cos=fake(8, 32), rotary_sin=fake(8, 32)), "rotary_cos"),
+    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, cache_batch_idx=fake(2, dtype=torch.int32)), "cache_batch_idx"),
+    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, cache_leftpad=fake(2, dtype=torch.int32)), "cache_leftpad"),
+])
+def test_what_flashjit_cannot_do_raises_naming_the_argument(mode, call, name):
+    with pytest.raises(NotImplementedError, match=name):
+        call(fake(2, 8, 4, 64))
+
+
+# FlashAttention-2's signatures (flash_attn/flash_attn_interface.py, v2.8): each name at the
+# same position, so positional and keyword calls written for it mean the same here.
+FA2 = {
+    "flash_attn_func": ["q", "k", "v", "dropout_p", "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes",
+                        "deterministic", "return_attn_probs"],
+    "flash_attn_varlen_func": ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "dropout_p",
+                               "softmax_scale", "causal", "window_size", "softcap", "alibi_slopes", "deterministic",
+                               "return_attn_probs", "block_table"],
+    "flash_attn_with_kvcache": ["q", "k_cache", "v_cache", "k", "v", "rotary_cos", "rotary_sin", "cache_seqlens",
+                                "cache_batch_idx", "cache_leftpad", "block_table", "softmax_scale", "causal",
+                                "window_size", "softcap", "rotary_interleaved", "alibi_slopes", "num_splits",
+                                "return_softmax_lse"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FA2))
+def test_flash_attention_signatures(name):
+    params = list(inspect.signature(getattr(flashjit, name)).parameters)
+    assert params[:len(FA2[name])] == FA2[name]
+
+
+def test_backward_raises_instead_of_wrong_gradients():
+    # Running autograd on fake CUDA tensors needs a device: here the registration and the
+    # formula; tests/gpu runs a real backward.
+    from flashjit import ops
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention", "Autograd")
+    with pytest.raises(NotImplementedError, match="no backward pass"):
+        ops._no_backward(None, None, None)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(512, 3 * 512, dtype=torch.bfloat16, device="cuda")
+        self.o = torch.nn.Linear(512, 512, dtype=torch.bfloat16, device="cuda")
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 8, 64).unbind(2)
+        return self.o(flashjit.flash_attn_func(q, k, v, causal=True).reshape(b, s, 512))
+
+
+def test_torch_compile_fullgraph_traces_the_op(mode):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    y = torch.compile(Block(), backend=backend, fullgraph=True)(fake(2, 128, 512))
+    assert y.shape == (2, 128, 512)
+    assert len(graphs) == 1
+    assert "flashjit.attention" in [str(n.target) for n in graphs[0].graph.nodes]
+
+
+def test_torch_export_keeps_the_op():
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        ep = torch.export.export(Block(), (fake(2, 128, 512),))
+    assert "flashjit.attention.default" in [str(n.target) for n in ep.graph.nodes]
