@@ -134,7 +134,8 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
     """Version 2 arguments.
 
     varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
-                  batch + 1 prefix sums; q, k, v, o are then [1, total, H, D]
+                  batch + 1 prefix sums (cu_seqlens_k None with block_table); q, k, v, o are
+                  then [1, total, H, D]
     window:       (left, right) keys before / after the diagonal, -1 for unbounded
     softcap:      > 0: scores become softcap * tanh(score / softcap)
     alibi_slopes: float32 device tensor [Hq] or [B, Hq]
@@ -160,7 +161,7 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
         a.lse = ctypes.pointer(keep[-1])
     if varlen is not None:
         cu_q, cu_k, max_q, max_k = varlen
-        keep.append(Varlen(cu_q.data_ptr(), cu_k.data_ptr(), cu_q.numel() - 1, max_q, max_k))
+        keep.append(Varlen(cu_q.data_ptr(), None if cu_k is None else cu_k.data_ptr(), cu_q.numel() - 1, max_q, max_k))
         a.varlen = ctypes.pointer(keep[-1])
     if window is not None:
         keep.append(Window(window[0], window[1]))

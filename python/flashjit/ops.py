@@ -101,9 +101,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
         lse_view = lse.unsqueeze(0) if varlen else lse
     window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
     varlen_args = None
-    if varlen:
-        cu_k = cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q  # paged: unread, but not null
-        varlen_args = (cu_seqlens_q, cu_k, max_seqlen_q, max_seqlen_k)
+    if varlen:  # with block_table the keys come through the table: no cu_seqlens_k
+        varlen_args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     lib = _library.get()
     args = _abi.make_args_v2(as4(q), kk, vv, as4(out), causal=causal, lse=lse_view, scale=softmax_scale, varlen=varlen_args,
                              window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens,
