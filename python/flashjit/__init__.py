@@ -11,10 +11,11 @@ from ._abi import FlashjitError
 
 __version__ = "0.1.0"
 __all__ = ["FlashjitError", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "library_path",
-           "version"]
+           "precompile", "version"]
 
 _LAZY = {"flash_attn_func": "interface", "flash_attn_varlen_func": "interface", "flash_attn_with_kvcache": "interface",
-         "library_path": "_library", "version": "_library", "ops": None, "interface": None}
+         "library_path": "_library", "version": "_library", "precompile": "warmup", "ops": None, "interface": None,
+         "warmup": None}
 
 
 def __getattr__(name):

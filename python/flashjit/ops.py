@@ -81,6 +81,24 @@ def _out_shapes(q, v, varlen, return_lse):
     return out, ((q.shape[1], q.shape[0]) if varlen else (q.shape[0], q.shape[2], q.shape[1]))
 
 
+def c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+           alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+    """The C ABI's flashjit_attention_args_v2 for the operator's arguments (FlashAttention's layouts
+    seen as the ABI's [batch, seq, heads, head_dim] views)."""
+    varlen = cu_seqlens_q is not None
+    as4 = (lambda t: t.unsqueeze(0)) if varlen else (lambda t: t)
+    kk, vv = (k, v) if block_table is not None else (as4(k), as4(v))
+    lse_view = None
+    if return_lse:  # the C ABI's [batch, heads_q, seq_q]
+        lse_view = lse.unsqueeze(0) if varlen else lse
+    window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
+    # With block_table the keys come through the table: no cu_seqlens_k.
+    varlen_args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else None
+    return _abi.make_args_v2(as4(q), kk, vv, as4(out), causal=causal, lse=lse_view, scale=softmax_scale, varlen=varlen_args,
+                             window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens,
+                             block_table=block_table, check=check)
+
+
 @torch.library.custom_op("flashjit::attention", mutates_args=(), device_types="cuda")
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
               max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
@@ -90,23 +108,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
     """Attention forward; see the module's docstring for layouts. softmax_scale 0: 1/sqrt(head_dim);
     window -1: unbounded; softcap 0: none; check: read back and check the device metadata."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
-    varlen = cu_seqlens_q is not None
-    out_shape, lse_shape = _out_shapes(q, v, varlen, return_lse)
+    out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     out = q.new_empty(out_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32)
-    as4 = (lambda t: t.unsqueeze(0)) if varlen else (lambda t: t)
-    kk, vv = (k, v) if block_table is not None else (as4(k), as4(v))
-    lse_view = None
-    if return_lse:  # the C ABI's [batch, heads_q, seq_q]
-        lse_view = lse.unsqueeze(0) if varlen else lse
-    window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
-    varlen_args = None
-    if varlen:  # with block_table the keys come through the table: no cu_seqlens_k
-        varlen_args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     lib = _library.get()
-    args = _abi.make_args_v2(as4(q), kk, vv, as4(out), causal=causal, lse=lse_view, scale=softmax_scale, varlen=varlen_args,
-                             window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens,
-                             block_table=block_table, check=check)
+    args = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                  alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
     device = q.device
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the engine runs on the calling thread's current context

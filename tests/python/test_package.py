@@ -178,3 +178,30 @@ def test_torch_export_keeps_the_op():
     with FakeTensorMode(allow_non_fake_inputs=True):
         ep = torch.export.export(Block(), (fake(2, 128, 512),))
     assert "flashjit.attention.default" in [str(n.target) for n in ep.graph.nodes]
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_precompile_for_a_named_arch_without_a_gpu():
+    q, kv = meta(8, 4096, 32, 128), meta(8, 4096, 8, 128)
+    assert flashjit.precompile(q, kv, kv, causal=True, arch="sm_90a").startswith("fa3_sm90-bf16-dqk128-dv128-causal-gqa-")
+    name = flashjit.precompile(q, kv, kv, arch="sm_80", return_lse=True, sinks=meta(32, dtype=torch.float32),
+                               window_size=(128, 0))
+    assert name.startswith("fa2_sm80-bf16-dqk128-dv128-gqa-lse-window-sinks-")
+    lens, table = meta(8, dtype=torch.int32), meta(8, 64, dtype=torch.int32)
+    name = flashjit.precompile(meta(8, 1, 32, 128), meta(512, 16, 8, 128), meta(512, 16, 8, 128), kv_lens=lens,
+                               block_table=table, arch="sm_90a")
+    assert name.startswith("decode_sm80-bf16-dqk128-dv128-gqa-kvlens-paged-")
+    cu = meta(4, dtype=torch.int32)
+    name = flashjit.precompile(meta(300, 16, 64, dtype=torch.float16), meta(500, 4, 64, dtype=torch.float16),
+                               meta(500, 4, 64, dtype=torch.float16), cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=200,
+                               max_seqlen_k=300, causal=True, arch="sm_90a")
+    assert name.startswith("fa3_sm90-f16-dqk64-dv64-causal-gqa-varlen-")
+    assert os.listdir(os.environ["FLASHJIT_CACHE_DIR"])  # compiled into the disk cache
+
+
+def test_precompile_refuses_an_unknown_arch_by_name():
+    with pytest.raises(FlashjitError, match="arch must look like sm_80"):
+        flashjit.precompile(meta(1, 8, 4, 64), meta(1, 8, 4, 64), meta(1, 8, 4, 64), arch="sm_7x")
