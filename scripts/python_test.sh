@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/packages.sh
 ensure_packages "${build_packages[@]}" python3-venv
-venv=${FLASHJIT_VENV:-build-venv}
+venv=$(realpath -m "${FLASHJIT_VENV:-build-venv}")  # absolute: pytest runs from a temp folder
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
