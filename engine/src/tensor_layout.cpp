@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/checked_math.hpp"
+#include "flashjit/flashjit.hpp"
 
 namespace flashjit {
 
@@ -91,6 +92,44 @@ Result<Extent> check_layout(const LayoutView& v) {
   e.hi = *end;
   if (v.is_output) FJ_TRY(check_no_self_overlap(v));
   return e;
+}
+
+// The public constructors of contiguous views (flashjit.hpp).
+namespace {
+
+// a * b, or int64's largest value when the product does not fit: such a stride makes
+// validation refuse the view (its extent exceeds any limit) instead of wrapping to one that fits.
+std::int64_t stride_product(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
+}
+
+}  // namespace
+
+TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
+  v.stride[3] = 1, v.stride[2] = d, v.stride[1] = stride_product(h, d), v.stride[0] = stride_product(s, v.stride[1]);
+  return v;
+}
+
+TensorView TensorView::bhsd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
+  v.stride[3] = 1, v.stride[1] = d, v.stride[2] = stride_product(s, d), v.stride[0] = stride_product(h, v.stride[2]);
+  return v;
+}
+
+LseView LseView::contiguous(float* data, std::int64_t b, std::int64_t h, std::int64_t s) {
+  LseView l;
+  l.data = data;
+  l.shape[0] = b, l.shape[1] = h, l.shape[2] = s;
+  l.stride[2] = 1, l.stride[1] = s, l.stride[0] = stride_product(h, s);
+  return l;
 }
 
 }  // namespace flashjit
