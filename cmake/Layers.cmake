@@ -1,10 +1,11 @@
 # The library is built in layers, each an object library of its own folder:
 #
 #   base      status, hashing, variants, shapes: primitives everyone uses
+#   cudalib   the CUDA driver and NVRTC, opened at run time (sees base)
 #   cache     the on-disk kernel cache            (sees base)
 #   autotune  tuning keys, the tuner, its store   (sees base, cache: results live in the cache folder)
 #   templates the embedded kernel sources         (sees nothing)
-#   engine    NVRTC, the driver, families, the API (sees all of the above)
+#   engine    families, compiling, launching, the API (sees all of the above)
 #
 # A layer includes other folders' headers root-relative ("base/content_hash.hpp"). The build
 # enforces who sees what: each layer's include root is a private folder in the build tree that

@@ -4,7 +4,7 @@
 
 #include "base/printable.hpp"
 #include "kernel_family.hpp"
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 
 namespace flashjit {
 

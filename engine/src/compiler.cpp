@@ -6,7 +6,7 @@
 
 #include "base/printable.hpp"
 
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "template_store.hpp"
 
 namespace flashjit {

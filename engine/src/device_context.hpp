@@ -8,7 +8,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 

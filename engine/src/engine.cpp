@@ -18,7 +18,7 @@
 #include "base/printable.hpp"
 #include "device_context.hpp"
 #include "kernel_loader.hpp"
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "metadata_check.hpp"
 #include "problem.hpp"
 #include "template_store.hpp"

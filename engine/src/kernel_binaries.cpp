@@ -4,7 +4,7 @@
 #include "base/content_hash.hpp"
 #include "kernel_family.hpp"
 #include "kernel_source.hpp"
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "template_store.hpp"
 
 namespace flashjit {

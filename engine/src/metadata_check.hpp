@@ -7,7 +7,7 @@
 
 #include <cuda.h>
 
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 #include "flashjit/status.hpp"
 #include "problem.hpp"
 

@@ -1,6 +1,6 @@
 #include "tma_map.hpp"
 
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 
 namespace flashjit {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "compiler.hpp"
 #include "kernel_binaries.hpp"
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "template_store.hpp"
 #include "tests/support/test_support.hpp"
 

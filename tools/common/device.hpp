@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 #include "flashjit/status.hpp"
 
 namespace flashjit::tools {

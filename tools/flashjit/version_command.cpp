@@ -8,7 +8,7 @@
 #include "flashjit/flashjit.hpp"
 #include "kernel_binaries.hpp"
 #include "kernel_family.hpp"
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "template_store.hpp"
 
 namespace flashjit::tools {

@@ -1,4 +1,4 @@
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 
 #include <cudaTypedefs.h>
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 
 #include <dlfcn.h>
 

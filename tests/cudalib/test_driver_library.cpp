@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "driver_library.hpp"
+#include "cudalib/driver_library.hpp"
 #include "tests/support/test_support.hpp"
 
 using namespace flashjit;

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "nvrtc_library.hpp"
+#include "cudalib/nvrtc_library.hpp"
 #include "tests/support/test_support.hpp"
 
 using namespace flashjit;
