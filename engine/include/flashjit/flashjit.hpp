@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "flashjit/catalog.hpp"  // families, tilings, cache keys, versions: no Engine needed
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 
@@ -227,24 +228,12 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// A family's tiling from its readable name: parse_tiling("fa2_sm80", "m128n64w4s2"). With an empty
-// family, the family whose knob letters the text spells (each family's are its own). A refusal
-// quotes the text and shows the form that family's tilings take.
-Result<Tiling> parse_tiling(const std::string& family, const std::string& text);
-
-// The names of every kernel family, in the priority order the engine tries them.
-std::vector<std::string> kernel_family_names();
-
-// The block of the score matrix one CTA of a tiling computes at a time: `rows` query rows against
-// a K/V tile of `keys` keys (decode_sm80's rows are (query, head) pairs of one GQA group). What a
-// count of the tiles a mask or window visits needs, whichever family's knobs give it.
-struct TileShape {
-  int rows = 0;
-  int keys = 0;
-};
-Result<TileShape> tile_shape(const Tiling& tiling);
-
-// The library's version and the NVRTC version it loads (empty when NVRTC is missing).
-std::string version();
+// Checks arguments as forward() checks them before anything touches memory (shapes, dtypes,
+// strides, alignment, option ranges and combinations), with no Engine, no GPU and no read of
+// device data: a caller can refuse bad input at its own boundary, with the same message naming
+// the argument and the rule. Ok does not promise that a family serves the call on some GPU
+// (Engine::plan() says which does) nor, outside checked mode, that device metadata (prefix sums,
+// kv_lens, block tables) is sound.
+Status validate_args(const AttentionArgs& args);
 
 }  // namespace flashjit
