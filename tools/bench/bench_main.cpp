@@ -10,7 +10,7 @@
 
 #include "common/attention_case.hpp"
 #include "common/command_line.hpp"
-#include "kernel_family.hpp"
+#include "flashjit/catalog.hpp"
 
 using namespace flashjit;
 
@@ -34,6 +34,32 @@ double visited_flops(const tools::CaseSpec& s, const TileShape& tile) {
 
 // The grid keeps heads * head dim at --hidden.
 int query_heads(int hidden, int head_dim) { return std::max(1, hidden / head_dim); }
+
+// What a case runs: the variant dispatch picks on `arch`, or with `family` that family's default
+// for the call's shape (an error when it refuses the call).
+Result<KernelVariant> variant_for(const Engine& engine, const AttentionArgs& args, const Arch& arch,
+                                  const std::string& family) {
+  if (!family.empty()) return family_variant(family, args, arch);
+  auto plan = engine.plan(args, arch.name());
+  if (!plan.ok()) return std::move(plan).error();
+  return plan->variant;
+}
+
+// What --tilings names for `variant`: its own tiling (default), every candidate of its family
+// (all), or a comma-separated list of that family's tilings.
+Result<std::vector<Tiling>> tilings_to_time(const std::string& tilings, const KernelVariant& variant, const Arch& arch) {
+  if (tilings == "default") return std::vector<Tiling>{variant.tiling};
+  if (tilings == "all") return candidate_tilings(variant.family, arch, variant.semantics);
+  std::vector<Tiling> list;
+  for (std::stringstream ss(tilings); ss.good();) {
+    std::string t;
+    std::getline(ss, t, ',');
+    auto parsed = parse_tiling(variant.family, t);
+    if (!parsed.ok()) return std::move(parsed).error();
+    list.push_back(parsed.value());
+  }
+  return list;
+}
 
 // "flashjit-bench: --option: rule" on stderr; the exit code of a bad command line.
 int usage_error(const std::string& message) {
@@ -119,27 +145,13 @@ int run(int argc, char** argv) {
         AttentionArgs args = c->args();
         args.mask = m ? Mask::causal : Mask::none;
         spec.mask = args.mask;
-        KernelVariant variant = engine->plan(args, arch.name()).value().variant;
-        if (!family_name.empty()) {
-          const KernelFamily* f = find_family(family_name);  // a known name (checked as parsed)
-          if (const char* why = f->refusal(arch, variant.semantics, nullptr))
-            return usage_error("--family: " + family_name + " refuses this problem on " + arch.name() + ": " + why);
-          variant.family = f->name();
-          const ProblemShape shape{spec.batch, spec.seqlen_q, spec.seqlen_k, spec.heads_q, spec.heads_kv};
-          variant.tiling = f->default_tiling(arch, variant.semantics, &shape);
-        }
-        std::vector<Tiling> list;
-        if (tilings == "default") list = {variant.tiling};
-        else if (tilings == "all") list = find_family(variant.family)->candidate_tilings(arch, variant.semantics);
-        else
-          for (std::stringstream ss(tilings); ss.good();) {
-            std::string t;
-            std::getline(ss, t, ',');
-            auto parsed = parse_tiling(variant.family, t);
-            if (!parsed.ok()) return usage_error("--tilings: " + parsed.error().message());
-            list.push_back(parsed.value());
-          }
-        for (const Tiling& t : list) {
+        auto planned = variant_for(*engine, args, arch, family_name);
+        if (!planned.ok() && !family_name.empty()) return usage_error("--family: " + planned.error().message());
+        if (!planned.ok()) return std::fprintf(stderr, "%s\n", planned.error().to_string().c_str()), tools::kExitFailed;
+        const KernelVariant& variant = planned.value();
+        auto list = tilings_to_time(tilings, variant, arch);
+        if (!list.ok()) return usage_error("--tilings: " + list.error().message());
+        for (const Tiling& t : list.value()) {
           auto ms = tools::time_ms(gpu->driver(), [&](int) { return engine->forward_with_tiling(args, t); }, warmup, reps);
           const double flops = spec.window ? visited_flops(spec, tile_shape(t).value()) : tools::attention_flops(spec);
           const double tflops = ms.ok() ? flops / (ms.value() * 1e-3) / 1e12 : 0;

@@ -1,9 +1,12 @@
-// flashjit-engine-bench: the engine's own costs, not the kernels'.
-//   dispatch:     host time per forward() call of a cached variant (tiny problem, no sync)
+// flashjit-engine-bench: the engine's own costs, not the kernels'. Public API only (and the
+// driver, opened through cudalib/ as the tools' device plumbing does).
+//   dispatch:     host time per forward() call of a cached variant (tiny problem, no sync), beside
+//                 a bare driver launch of an empty kernel with the same argument size and
+//                 validate_args() alone
 //   first-launch: in fresh child processes with a warm disk cache, the first forward() of each
 //                 of several variants (disk read + module load + launch), and the one-time
 //                 process costs (driver init, context) reported apart
-//   cold-compile: NVRTC time per variant with an empty cache
+//   cold-compile: NVRTC time per variant with an empty cache (Engine::compile's report)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
@@ -18,10 +21,7 @@
 
 #include "common/attention_case.hpp"
 #include "common/command_line.hpp"
-#include "compiler.hpp"
-#include "kernel_loader.hpp"
-#include "kernel_source.hpp"
-#include "problem.hpp"
+#include "flashjit/flashjit.hpp"
 
 using namespace flashjit;
 using Clock = std::chrono::steady_clock;
@@ -59,6 +59,15 @@ Result<double> host_us_per_call(const DriverLibrary& drv, int calls, F&& fn) {
   return rounds[rounds.size() / 2];
 }
 
+// An empty kernel whose parameter is as large as the engine's launches pass, as PTX the driver
+// compiles when it loads the module: the bare-launch baseline needs neither NVRTC nor the engine.
+constexpr const char* kEmptyKernelPtx = R"(.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry empty(.param .align 1 .b8 p[320]) { ret; }
+)";
+constexpr std::size_t kEmptyKernelParamBytes = 320;
+
 int dispatch(int calls, nlohmann::json& out) {
   auto gpu = tools::GpuContext::open(0);
   if (!gpu.ok()) return std::fprintf(stderr, "%s\n", gpu.error().to_string().c_str()), 2;
@@ -72,21 +81,21 @@ int dispatch(int calls, nlohmann::json& out) {
   if (!engine_us.ok()) return std::fprintf(stderr, "%s\n", engine_us.error().to_string().c_str()), 1;
 
   // Baseline: the driver alone launching an empty kernel with the same argument size.
-  const char* src = "struct P { char b[sizeof(void*) * 40]; };\nextern \"C\" __global__ void empty(const P p) {}\n";
-  auto cubin = compile_cubin({"empty", src, Arch::parse(gpu->info().arch).value()});
-  if (!cubin.ok()) return std::fprintf(stderr, "%s\n", cubin.error().to_string().c_str()), 1;
   CUmodule mod = nullptr;
   CUfunction fn = nullptr;
-  drv.cuModuleLoadData(&mod, cubin->cubin.data());
-  drv.cuModuleGetFunction(&fn, mod, "empty");
-  char params[sizeof(void*) * 40] = {0};
+  if (CUresult r = drv.cuModuleLoadData(&mod, kEmptyKernelPtx); r != CUDA_SUCCESS)
+    return std::fprintf(stderr, "%s\n", drv.error(r, "cuModuleLoadData(empty kernel PTX)").to_string().c_str()), 1;
+  if (CUresult r = drv.cuModuleGetFunction(&fn, mod, "empty"); r != CUDA_SUCCESS)
+    return std::fprintf(stderr, "%s\n", drv.error(r, "cuModuleGetFunction(empty)").to_string().c_str()), 1;
+  char params[kEmptyKernelParamBytes] = {0};
   void* args[] = {params};
   auto raw_us = host_us_per_call(drv, calls, [&]() -> Status {
     FJ_CU(drv, cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr));
     return {};
   });
   // The same launch through cuLaunchKernelEx, which the engine uses (launch plans may set a
-  // cluster shape), and the engine's host work alone (validation), to attribute the difference.
+  // cluster shape), and the engine's host work before any launch (argument validation), to
+  // attribute the difference.
   auto raw_ex_us = host_us_per_call(drv, calls, [&]() -> Status {
     CUlaunchConfig cfg{};
     cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
@@ -94,46 +103,15 @@ int dispatch(int calls, nlohmann::json& out) {
     FJ_CU(drv, cuLaunchKernelEx(&cfg, fn, args, nullptr));
     return {};
   });
-  // The engine's own kernel launched directly (its plan built once, the module compiled here):
-  // the fair baseline, since launching a real kernel costs the driver more than an empty one.
-  const Arch arch = Arch::parse(gpu->info().arch).value();
-  auto problem = validate_problem(c.args());
-  if (!problem.ok()) return 1;
-  const KernelFamily* family = pick_family(arch, problem->semantics, &problem->shape);
-  const KernelVariant variant{family->name(), problem->semantics, family->default_tiling(arch, problem->semantics, &problem->shape)};
-  auto own_cubin = compile_cubin({"own", render_source(*family, variant), arch});
-  if (!own_cubin.ok()) return std::fprintf(stderr, "%s\n", own_cubin.error().to_string().c_str()), 1;
-  CUmodule own_mod = nullptr;
-  LoadedModule own;
-  drv.cuModuleLoadData(&own_mod, own_cubin->cubin.data());
-  for (const EntryPoint& e : family->entry_points(variant)) {
-    CUfunction f = nullptr;
-    drv.cuModuleGetFunction(&f, own_mod, e.name);
-    drv.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, e.smem_bytes);
-    own.functions[own.count++] = f;
-  }
-  DeviceContextInfo info;
-  info.arch = arch;
-  info.sm_count = gpu->info().sm_count;
-  LaunchPlan own_plan;
-  if (!family->plan(problem.value(), variant, info, 0, own_plan).ok()) return 1;
-  auto own_us = host_us_per_call(drv, calls, [&] { return KernelLoader::launch(drv, own, own_plan, nullptr); });
-  drv.cuModuleUnload(own_mod);
-  auto validate_us = host_us_per_call(drv, calls * 10, [&]() -> Status {
-    auto p = validate_problem(c.args());
-    if (!p.ok()) return std::move(p).error();
-    return {};
-  });
+  auto validate_us = host_us_per_call(drv, calls * 10, [&] { return validate_args(c.args()); });
   drv.cuModuleUnload(mod);
-  if (!raw_us.ok() || !raw_ex_us.ok() || !validate_us.ok() || !own_us.ok()) return 1;
+  if (!raw_us.ok() || !raw_ex_us.ok() || !validate_us.ok()) return 1;
   std::printf("dispatch: %.2f us host time per forward() (B1 S64 H1 D64 f16; median of 51 rounds of %d calls)\n",
               engine_us.value(), calls);
   std::printf("          %.2f us per bare cuLaunchKernel of an empty kernel, same argument size: engine overhead %.2f us\n",
               raw_us.value(), engine_us.value() - raw_us.value());
   std::printf("          %.2f us per bare cuLaunchKernelEx; argument validation alone %.3f us\n", raw_ex_us.value(),
               validate_us.value());
-  std::printf("          %.2f us per direct launch of the engine's own kernel and plan: engine overhead over it %.2f us\n",
-              own_us.value(), engine_us.value() - own_us.value());
   // A decode call (B1, 32:8 heads, one query, 4096 keys): the decode family, its split count
   // chosen per call and a second (combine) launch.
   tools::CaseSpec ds;
@@ -151,7 +129,6 @@ int dispatch(int calls, nlohmann::json& out) {
   out["raw_launch_us_per_call"] = raw_us.value();
   out["raw_launch_ex_us_per_call"] = raw_ex_us.value();
   out["validate_us_per_call"] = validate_us.value();
-  out["own_kernel_launch_us_per_call"] = own_us.value();
   return 0;
 }
 

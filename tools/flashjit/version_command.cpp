@@ -5,11 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "context.hpp"
-#include "flashjit/flashjit.hpp"
-#include "kernel_binaries.hpp"
-#include "kernel_family.hpp"
-#include "cudalib/nvrtc_library.hpp"
-#include "template_store.hpp"
+#include "flashjit/catalog.hpp"
 
 namespace flashjit::tools {
 namespace {
@@ -19,25 +15,25 @@ struct VersionOptions {
 };
 
 int run(Context& ctx, const VersionOptions& o) {
-  const std::string library = version();  // "flashjit 0.1.0 (NVRTC 13.0)"
-  const std::string number = library.substr(0, library.find(" (")).substr(library.find(' ') + 1);
-  auto nvrtc = NvrtcLibrary::get();
+  const std::string number = library_version();
+  auto nvrtc = nvrtc_info();
   std::string families;
-  for (const auto* f : kernel_families()) families += (families.empty() ? "" : ", ") + std::string(f->name());
-  const std::string& templates = TemplateStore::instance().content_hash();
+  for (const auto& f : kernel_family_names()) families += (families.empty() ? "" : ", ") + f;
+  const std::string templates = templates_hash();
+  const int format = engine_format_version();
   if (o.json) {
-    nlohmann::json nv = nvrtc.ok() ? nlohmann::json{{"version", nvrtc.value()->version}, {"path", nvrtc.value()->path}}
+    nlohmann::json nv = nvrtc.ok() ? nlohmann::json{{"version", nvrtc->version}, {"path", nvrtc->path}}
                                    : nlohmann::json{{"error", nvrtc.error().to_string()}};
-    ctx.out << nlohmann::json{{"version", number}, {"nvrtc", nv}, {"engine_format", kEngineFormatVersion},
+    ctx.out << nlohmann::json{{"version", number}, {"nvrtc", nv}, {"engine_format", format},
                               {"templates_hash", templates}, {"kernel_families", families}}
                    .dump(2)
             << "\n";
   } else {
     ctx.out << "flashjit " << number << "\n";
-    if (nvrtc.ok()) ctx.out << "NVRTC " << nvrtc.value()->version << " (" << nvrtc.value()->path << ")\n";
+    if (nvrtc.ok()) ctx.out << "NVRTC " << nvrtc->version << " (" << nvrtc->path << ")\n";
     else ctx.out << "NVRTC: not available (" << nvrtc.error().message() << ")\n";
     ctx.out << "kernel families: " << families << "\n"
-            << "engine format " << kEngineFormatVersion << ", templates " << templates << "\n";
+            << "engine format " << format << ", templates " << templates << "\n";
   }
   return nvrtc.ok() ? kExitOk : kExitFailed;
 }

@@ -14,8 +14,7 @@
 #include "cache_location.hpp"
 #include "common/command_line.hpp"
 #include "context.hpp"
-#include "kernel_binaries.hpp"
-#include "kernel_family.hpp"
+#include "flashjit/catalog.hpp"
 #include "variant_flags_cli.hpp"
 #include "warmup_runner.hpp"
 
@@ -60,7 +59,7 @@ Result<std::vector<Arch>> parse_archs(const std::vector<std::string>& texts) {
   for (const auto& t : texts) {
     auto a = Arch::parse(t);
     if (!a.ok()) return Error(Code::invalid_argument, "--arch: " + a.error().message());
-    if (auto f = choose_family(a.value(), Semantics{}, nullptr); !f.ok())
+    if (auto f = families_serving(a.value(), Semantics{}); !f.ok())
       return Error(Code::invalid_argument, "--arch: " + printable(t) + " is not supported: " + f.error().message());
     bool dup = false;
     for (const auto& b : archs) dup |= b == a.value();
@@ -89,9 +88,9 @@ Result<std::vector<VariantSpec>> collect_specs(const WarmupOptions& o) {
 // Confirms the kernel's entry file is there: the size cap may evict what an earlier job stored.
 // (A failed store the engine reports itself.) A quick look, not a check of the entry's contents.
 Status confirm_in_cache(const cache::DiskCache& disk, const WarmupJob& job, const char* when) {
-  auto key = KernelBinaries::cache_key(job.variant, job.arch);
+  auto key = disk_cache_key(job.variant, job.arch);
   if (!key.ok()) return std::move(key).error();
-  const std::string path = disk.entry_path(key.value());
+  const std::string path = disk.entry_path({key->arch, key->name, key->content_hash});
   struct stat st{};
   if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return {};
   return Error(Code::io_error, std::string(when) + ", but its cache entry is gone")
@@ -190,7 +189,7 @@ int run(Context& ctx, const WarmupOptions& o) {
   if (!jobs.ok()) return usage_error(ctx, kCommand, jobs.error().message());
   if (o.dry_run) return dry_run(ctx, o, jobs.value());
 
-  if (auto key = KernelBinaries::cache_key(jobs->front().variant, jobs->front().arch); !key.ok())
+  if (auto key = disk_cache_key(jobs->front().variant, jobs->front().arch); !key.ok())
     return failure(ctx, kCommand, "cannot compile", key.error());  // NVRTC missing: say it once
   auto disk = open_cache(root.value(), ctx.err, kCommand);
   if (!disk.ok()) return failure(ctx, kCommand, "cache folder refused", disk.error());

@@ -17,7 +17,7 @@ struct WarmupJob {
 
 // Per arch, per spec: the engine's default variant (family and tiling), the spec's tiling when
 // it names one, and with `all_tilings` every tiling the family's autotuner may pick as well.
-// Duplicates are dropped, order is kept. Every job passes check_variant(); the first that does
+// Duplicates are dropped, order is kept. Every job passes check_buildable(); the first that does
 // not is an error naming the spec's origin and the arch.
 Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs,
                                            const std::vector<Arch>& archs, bool all_tilings);
