@@ -9,17 +9,25 @@
 #
 # A layer includes other folders' headers root-relative ("base/content_hash.hpp"). The build
 # enforces who sees what: each layer's include root is a private folder in the build tree that
-# links only the folders it may use, so "engine/src/..." from cache/ does not compile.
+# links only the folders it may use, so "engine/src/..." from cache/ does not compile. The tools
+# get such a view too (tools/CMakeLists.txt): the public API, base, cudalib and cache.
 
-# flashjit_layer_sees(<target> <folder>...): <target> may include "<folder>/..." for these only.
-function(flashjit_layer_sees target)
-  set(view ${PROJECT_BINARY_DIR}/layer-views/${target})
+# flashjit_view(<var> <name> <folder>...): a folder of the build tree holding links to these
+# folders only, its path in <var>: an include root from which "<folder>/..." resolves for them alone.
+function(flashjit_view var name)
+  set(view ${PROJECT_BINARY_DIR}/layer-views/${name})
   file(MAKE_DIRECTORY ${view})
   foreach(dir ${ARGN})
     if(NOT EXISTS ${view}/${dir})
       file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${dir} ${view}/${dir} SYMBOLIC)
     endif()
   endforeach()
+  set(${var} ${view} PARENT_SCOPE)
+endfunction()
+
+# flashjit_layer_sees(<target> <folder>...): <target> may include "<folder>/..." for these only.
+function(flashjit_layer_sees target)
+  flashjit_view(view ${target} ${ARGN})
   target_include_directories(${target} PRIVATE ${view})
 endfunction()
 
