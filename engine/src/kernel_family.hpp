@@ -58,19 +58,11 @@ class KernelFamily {
   virtual TileShape tile_shape(const Tiling& t) const = 0;
   // The kernels of a variant's module, in the order launch plans refer to them.
   virtual std::vector<EntryPoint> entry_points(const KernelVariant& v) const = 0;
-  // Device workspace one call needs (split-KV partials; most families need none), and how many
-  // bytes at its start must be zero when the plan's kernels start (counters they take and give
-  // back): the engine zeroes them only when needed.
-  struct Workspace {
-    std::size_t bytes = 0;
-    std::size_t zeroed = 0;
-  };
-  virtual Workspace workspace(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const { return {}; }
-  // The launches for one call: fills `out` (grids, params) for a validated problem. `workspace`
-  // holds workspace().bytes bytes (0 when none were asked for; planning without launching may
-  // pass 0 too). Runs on every call: no allocation, no driver calls.
+  // The launches for one call: fills `out` (grids, params) for a validated problem, taking from
+  // `workspace` the device scratch memory the call needs (split-KV partials; most families need
+  // none). Runs on every call: no allocation, no driver calls of its own.
   virtual Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device,
-                      CUdeviceptr workspace, LaunchPlan& out) const = 0;
+                      WorkspaceSource& workspace, LaunchPlan& out) const = 0;
 };
 
 // Shared memory one block may use on an arch (opt-in maximum), used to prune tilings without a

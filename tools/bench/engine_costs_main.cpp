@@ -116,7 +116,8 @@ int dispatch(int calls, nlohmann::json& out) {
   info.arch = arch;
   info.sm_count = gpu->info().sm_count;
   LaunchPlan own_plan;
-  if (!family->plan(problem.value(), variant, info, 0, own_plan).ok()) return 1;
+  NoWorkspace no_workspace;
+  if (!family->plan(problem.value(), variant, info, no_workspace, own_plan).ok()) return 1;
   auto own_us = host_us_per_call(drv, calls, [&] { return KernelLoader::launch(drv, own, own_plan, nullptr); });
   drv.cuModuleUnload(own_mod);
   auto validate_us = host_us_per_call(drv, calls * 10, [&]() -> Status {

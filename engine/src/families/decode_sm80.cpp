@@ -132,14 +132,7 @@ class DecodeSm80 final : public KernelFamily {
     return (p.shape.seqlen_q * group + cta_rows(t) - 1) / cta_rows(t);
   }
 
-  Workspace workspace(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
-    const int splits = split_count(p, v, d);
-    if (splits <= 1) return {};
-    const SplitLayout w = workspace_layout(p, v, splits);
-    return {w.bytes, w.tickets_bytes};
-  }
-
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, WorkspaceSource& workspace,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int splits = split_count(p, v, d);
@@ -153,11 +146,15 @@ class DecodeSm80 final : public KernelFamily {
     fill_attention_params(p, dp.attn);
     dp.splits = splits;
     dp.row_blocks = int(blocks);
-    if (splits > 1 && workspace) {
+    if (splits > 1) {
       const SplitLayout w = workspace_layout(p, v, splits);
-      dp.tickets = reinterpret_cast<unsigned*>(workspace);
-      dp.partial_lse = reinterpret_cast<float*>(workspace + w.lse_offset);
-      dp.partial_o = reinterpret_cast<float*>(workspace + w.o_offset);
+      auto buffer = workspace.get(w.bytes, w.tickets_bytes);
+      if (!buffer.ok()) return std::move(buffer).error().with("variant", v.name());
+      if (const CUdeviceptr base = buffer.value()) {
+        dp.tickets = reinterpret_cast<unsigned*>(base);
+        dp.partial_lse = reinterpret_cast<float*>(base + w.lse_offset);
+        dp.partial_o = reinterpret_cast<float*>(base + w.o_offset);
+      }
     }
     return {};
   }

@@ -102,7 +102,7 @@ class Fa2Sm80 final : public KernelFamily {
     return {{"flashjit_fa2_fwd", smem_bytes(v.semantics, v.tiling)}};
   }
 
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, CUdeviceptr,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, WorkspaceSource&,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     KernelLaunch& k = out.add();

@@ -219,7 +219,7 @@ class Fa3Sm90 final : public KernelFamily {
 
   // Encodes the tensor maps (host-side driver calls, no GPU work; memoized per thread, so a
   // loop over the same buffers pays for them once).
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device, CUdeviceptr,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device, WorkspaceSource&,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int block_m = fj_layout::kWarpgroupRows * t[kWarpgroups];
