@@ -65,6 +65,37 @@ class KernelFamily {
                       WorkspaceSource& workspace, LaunchPlan& out) const = 0;
 };
 
+// What every family has alike: a knob table (which names the family), a template, a priority,
+// and how check_tiling() words a broken rule.
+class KernelFamilyBase : public KernelFamily {
+ public:
+  KernelFamilyBase(const KnobTable& knobs, const char* entry_template, int priority)
+      : knobs_(knobs), entry_template_(entry_template), priority_(priority) {}
+  const char* name() const final { return knobs_.family; }
+  const KnobTable& knobs() const final { return knobs_; }
+  const char* entry_template() const final { return entry_template_; }
+  int priority() const final { return priority_; }
+
+ protected:
+  // The error for tiling `t` breaking `rule`, naming both.
+  static Error broken(const Tiling& t, const std::string& rule) {
+    return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule);
+  }
+  // Where every check_tiling() starts: a tiling of another family is refused by name.
+  Status check_table(const Tiling& t) const {
+    if (t.table != &knobs_) return broken(t, std::string("is not a ") + knobs_.family + " tiling");
+    return {};
+  }
+
+ private:
+  const KnobTable& knobs_;
+  const char* entry_template_;
+  int priority_;
+};
+
+// The refusal of the mma.sync families on GPUs before Ampere.
+inline constexpr const char* kNeedsSm80 = "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+
 // Shared memory one block may use on an arch (opt-in maximum), used to prune tilings without a
 // GPU; at run time the device's own attribute is used instead.
 int arch_smem_limit(const Arch& arch);

@@ -40,29 +40,25 @@ fj_layout::DecodeLayout layout(const Semantics& s, const Tiling& t) {
 // The least shared memory: one 16-row tile, 2 warps of 16 keys, the two stages the pipeline needs.
 const Tiling kSmallest(kKnobs, {1, 2, 16, 2, 0});
 
-class DecodeSm80 final : public KernelFamily {
+class DecodeSm80 final : public KernelFamilyBase {
  public:
-  const char* name() const override { return kKnobs.family; }
-  const KnobTable& knobs() const override { return kKnobs; }
-  const char* entry_template() const override { return "decode_sm80/decode.cu"; }
-  int priority() const override { return kPriority; }
+  DecodeSm80() : KernelFamilyBase(kKnobs, "decode_sm80/decode.cu", kPriority) {}
 
   // fp32 head dims above 160 do not fit sm_86's and sm_89's 99 KiB even in kSmallest: fa2_sm80
   // runs those decode shapes there.
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
-    if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+    if (arch.major < 8) return kNeedsSm80;
     if (shape && shape->seqlen_q > kMaxQueries) return "more than 16 queries per sequence: a prefill shape";
     return smem_refusal(*this, arch, s);
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
-    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
-    if (t.table != &kKnobs) return bad("is not a decode_sm80 tiling");
-    if (t[kRowTiles] < 1 || t[kRowTiles] > 2) return bad("row_tiles must be 1 or 2 (16 or 32 rows)");
-    if (t[kWarps] != 2 && t[kWarps] != 4 && t[kWarps] != 8) return bad("warps must be 2, 4 or 8");
-    if (t[kWarpKeys] != 16 && t[kWarpKeys] != 32) return bad("warp_keys must be 16 or 32");
-    if (t[kStages] < 2 || t[kStages] > 6) return bad("stages must be in [2, 6]");
-    if (t[kSplits] < 0 || t[kSplits] > kMaxSplits) return bad("splits must be 0 (chosen per call) or in [1, 128]");
+    FJ_TRY(check_table(t));
+    if (t[kRowTiles] < 1 || t[kRowTiles] > 2) return broken(t, "row_tiles must be 1 or 2 (16 or 32 rows)");
+    if (t[kWarps] != 2 && t[kWarps] != 4 && t[kWarps] != 8) return broken(t, "warps must be 2, 4 or 8");
+    if (t[kWarpKeys] != 16 && t[kWarpKeys] != 32) return broken(t, "warp_keys must be 16 or 32");
+    if (t[kStages] < 2 || t[kStages] > 6) return broken(t, "stages must be in [2, 6]");
+    if (t[kSplits] < 0 || t[kSplits] > kMaxSplits) return broken(t, "splits must be 0 (chosen per call) or in [1, 128]");
     return {};
   }
 
