@@ -34,7 +34,7 @@ from ._abi import FlashjitError
 IMPL_NAME = "FLASHJIT"
 
 _FORWARD_OPS = ("_scaled_dot_product_flash_attention", "_flash_attention_forward",
-                "_flash_attention_forward_no_dropout_inplace")  # the last one from PyTorch 2.12 on
+                "_flash_attention_forward_no_dropout_inplace")  # the last one: not in 2.11, in 2.15
 _BACKWARD_OPS = ("_scaled_dot_product_flash_attention_backward", "_flash_attention_backward")
 
 _routed = dict.fromkeys(_FORWARD_OPS, 0)
@@ -249,4 +249,7 @@ def _register_fn():
     return Activation()
 
 
+if not hasattr(torch.nn.attention, "register_flash_attention_impl"):
+    raise ImportError("flashjit.sdpa needs torch.nn.attention.register_flash_attention_impl, which PyTorch %s lacks "
+                      "(2.11 has it); flashjit's operator and FlashAttention API work without it" % torch.__version__)
 torch.nn.attention.register_flash_attention_impl(IMPL_NAME, register_fn=_register_fn)

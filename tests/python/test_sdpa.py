@@ -272,3 +272,14 @@ def test_an_output_of_another_head_dim_keeps_the_query_dim_order():
     q = torch.empty(2, 9, 4, 64).transpose(1, 2)  # [2, 4, 9, 64], memory [2, 9, 4, 64]
     out = sdpa.empty_with_layout_of(q, (2, 4, 9, 32))
     assert out.shape == (2, 4, 9, 32) and out.stride() == (9 * 4 * 32, 32, 4 * 32, 1)
+
+
+def test_in_place_flash_forward_writes_the_callers_output(cpu_route):
+    if "_flash_attention_forward_no_dropout_inplace" not in FORWARD_OPS:
+        pytest.skip("this PyTorch (%s) has no aten::_flash_attention_forward_no_dropout_inplace" % torch.__version__)
+    q, k, v = torch.randn(2, 7, 4, 16), torch.randn(2, 7, 4, 16), torch.randn(2, 7, 4, 16)
+    out = torch.full((2, 7, 4, 16), float("nan"))
+    lse = torch.ops.aten._flash_attention_forward_no_dropout_inplace(out, q, k, v, None, None, 7, 7, 0.0, True, False)
+    want = sdpa_math(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+    torch.testing.assert_close(out.double(), want, atol=1e-5, rtol=1e-5)
+    assert lse.shape == (2, 4, 7)
