@@ -144,30 +144,37 @@ def _check_pattern(mask_function, causal, left, right):
 
 # ---- the mask function -----------------------------------------------------------------------------
 
-def _packing(valid, first_query_slot, q_length, kv_length):
-    """Packing for key slots `valid` ([batch, slots] bool, slots <= kv_length) whose queries are the
-    slots first_query_slot onward. Bottom-right alignment after packing equals the mask only when
-    each sequence's real tokens are one run (padding before and/or after) ending at its last real
-    query: checked, with one read back of the device, along with the lengths."""
+def _packing(valid, first_query_slot, q_length):
+    """Packing for key slots `valid` ([batch, slots] bool). With first_query_slot the queries are the
+    slots from there on (self-attention with a positional pattern): bottom-right alignment after
+    packing equals the mask only when each sequence's real tokens are one run (padding before
+    and/or after) ending at its last real query, which is checked, with one read back of the device
+    along with the lengths. Without it (a pattern blind to positions: bidirectional, cross-attention)
+    every query row is computed, against the real keys, as the materialized mask has it."""
     batch, slots = valid.shape
-    queries = valid[:, first_query_slot:first_query_slot + q_length]
-    n_k, n_q = valid.sum(1), queries.sum(1)
-    first = valid.int().argmax(1)
-    last = slots - 1 - valid.flip(1).int().argmax(1)
-    last_query = first_query_slot + q_length - 1 - queries.flip(1).int().argmax(1)
-    one_run = (n_k == 0) | (last - first + 1 == n_k)
-    ends_with_queries = (n_q == 0) | (last_query == last)
-    runs_ok, ends_ok, max_q, max_k = torch.stack(
-        [one_run.all().long(), ends_with_queries.all().long(), n_q.max(), n_k.max()]).tolist()
-    if not runs_ok:
-        raise NotImplementedError("%s: padding inside a sequence (real tokens on both sides of a pad, e.g. a right-padded "
-                                  "prompt continued by generate) is not supported: pad on the left" % ATTENTION_NAME)
-    if not ends_ok:
-        raise NotImplementedError("%s: padded queries followed by real keys are not supported" % ATTENTION_NAME)
+    if first_query_slot is None:
+        queries = torch.ones(batch, q_length, dtype=torch.bool, device=valid.device)
+        max_q, max_k = q_length, int(valid.sum(1).max())
+    else:
+        queries = valid[:, first_query_slot:first_query_slot + q_length]
+        n_k, n_q = valid.sum(1), queries.sum(1)
+        first = valid.int().argmax(1)
+        last = slots - 1 - valid.flip(1).int().argmax(1)
+        last_query = first_query_slot + q_length - 1 - queries.flip(1).int().argmax(1)
+        one_run = (n_k == 0) | (last - first + 1 == n_k)
+        ends_with_queries = (n_q == 0) | (last_query == last)
+        runs_ok, ends_ok, max_q, max_k = torch.stack(
+            [one_run.all().long(), ends_with_queries.all().long(), n_q.max(), n_k.max()]).tolist()
+        if not runs_ok:
+            raise NotImplementedError("%s: padding inside a sequence (real tokens on both sides of a pad, e.g. a "
+                                      "right-padded prompt continued by generate) is not supported: pad on the left"
+                                      % ATTENTION_NAME)
+        if not ends_ok:
+            raise NotImplementedError("%s: padded queries followed by real keys are not supported" % ATTENTION_NAME)
     key_batch, key_pos = valid.nonzero(as_tuple=True)
     query_batch, query_pos = queries.nonzero(as_tuple=True)
     cu = lambda n: F.pad(n.cumsum(0), (1, 0)).to(torch.int32)  # noqa: E731
-    return Packing(query_batch, query_pos, key_batch, key_pos, cu(n_q), cu(n_k), max_q, max_k)
+    return Packing(query_batch, query_pos, key_batch, key_pos, cu(queries.sum(1)), cu(valid.sum(1)), max_q, max_k)
 
 
 def visible_keys_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
@@ -199,9 +206,10 @@ def visible_keys_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, 
         in_use = torch.as_tensor(first_query_slot + q_length, device=device).to(torch.int32)
         return VisibleKeys(**sizes, kv_lens=in_use.reshape(1).expand(batch_size))
     first_query_slot = int(first_query_slot)
+    positional = causal or left >= 0 or right >= 0  # else only which keys are real matters
     dense_aligned = first_query_slot + q_length == kv_length
     slots = first_query_slot + q_length if causal else kv_length  # causal: later slots are never visible
-    if first_query_slot < 0 or first_query_slot + q_length > slots:
+    if positional and (first_query_slot < 0 or first_query_slot + q_length > slots):
         raise NotImplementedError("%s: queries at slots %d..%d lie outside the %d key slots"
                                   % (ATTENTION_NAME, first_query_slot, first_query_slot + q_length - 1, slots))
     real = attention_mask.bool()
@@ -212,11 +220,11 @@ def visible_keys_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, 
         if causal and not dense_aligned:
             return VisibleKeys(**sizes, kv_lens=torch.full((batch_size,), slots, dtype=torch.int32,
                                                            device=valid.device))
-        if dense_aligned or (left < 0 and right < 0):
+        if dense_aligned or not positional:
             return VisibleKeys(**sizes)
         raise NotImplementedError("%s: a bidirectional sliding window over a cache whose slots do not end at the "
                                   "queries is not supported" % ATTENTION_NAME)
-    return VisibleKeys(**sizes, packing=_packing(valid, first_query_slot, q_length, kv_length))
+    return VisibleKeys(**sizes, packing=_packing(valid, first_query_slot if positional else None, q_length))
 
 
 # ---- the attention function ------------------------------------------------------------------------

@@ -204,3 +204,34 @@ def test_static_cache_without_padding_matches_sdpa(cpu_reference_kernel):
             model(ids[:, :6], past_key_values=cache)  # prefill, then two tokens against the cache
             logits[impl] = model(ids[:, 6:8], past_key_values=cache).logits
     torch.testing.assert_close(logits[NAME], logits["sdpa"], atol=2e-5, rtol=1e-4)
+
+
+def test_encoder_decoder_padding_and_cross_attention_match_sdpa(cpu_reference_kernel):
+    """Bidirectional encoder self-attention and cross-attention over a padded encoder batch: every
+    query row against the real keys (no positions involved), the decoder causal."""
+    config = transformers.BartConfig(vocab_size=128, d_model=64, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+                                     decoder_ffn_dim=128, max_position_embeddings=64, pad_token_id=1,
+                                     decoder_start_token_id=2, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    ms = {}
+    for impl in ("sdpa", NAME):
+        m = transformers.BartForConditionalGeneration(copy.deepcopy(config))
+        if ms:
+            m.load_state_dict(ms["sdpa"].state_dict())
+        else:
+            with torch.no_grad():
+                for p in m.parameters():
+                    if p.dim() >= 2:
+                        p.normal_(0.0, 0.15)
+        m.set_attn_implementation(impl)
+        ms[impl] = m.eval()
+    ids, mask = padded_batch((12, 5), 12, left=False)
+    decoder_ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = ms["sdpa"](ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        got = ms[NAME](ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
+    args = dict(max_new_tokens=6, do_sample=False, num_beams=1)
+    assert torch.equal(ms[NAME].generate(ids, attention_mask=mask, **args),
+                       ms["sdpa"].generate(ids, attention_mask=mask, **args))
