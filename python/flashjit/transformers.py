@@ -14,8 +14,11 @@ reuses it. Patterns flashjit cannot run (chunked attention, packed sequences, im
 custom 4-d masks) raise NotImplementedError naming what was asked, never a different mask.
 
 Served: GQA/MQA, left and right padding, sliding windows, softcap, attention sinks (`s_aux`, cast to
-fp32), dynamic, sliding-window and static caches (decode included). Not served: dropout, training
-(flashjit has no backward pass), output_attentions (the weights come back as None).
+fp32), dynamic, sliding-window and static caches (decode included), bidirectional encoders and
+cross-attention over padded batches. Not served: dropout, training (flashjit has no backward pass),
+output_attentions (the weights come back as None). The mask function reads the device once per
+forward and mask kind when there is a padding mask (as transformers' own FlashAttention masks do),
+so a compiled forward breaks its graph there.
 
 The name has no "flash" in it on purpose: transformers treats an implementation whose name contains
 "flash" as one of its FlashAttention kernels (utils.generic.is_flash_attention_requested): it then
