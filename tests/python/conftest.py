@@ -16,7 +16,6 @@ os.environ["FLASHJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashjit-pytest-")
 
 def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table):
     """(query rows, keys, values, where the rows go) per sequence, in flashjit's layouts."""
-    import torch
     if cu_seqlens_q is not None:
         cu_q = cu_seqlens_q.tolist()
         batch = len(cu_q) - 1

@@ -196,7 +196,7 @@ def test_flash_forward_windows_against_torch_math(cpu_route, causal, window):
 
 
 def test_flash_forward_varlen_and_seqused_k_against_torch_math(cpu_route):
-    lens_q, lens_k, used_k = [3, 7, 5], [6, 7, 9], [6, 4, 9]
+    lens_q, used_k = [3, 7, 5], [6, 4, 9]  # the keys: 6, 7 and 9 per sequence, seqused_k shortens the second
     cu_q = torch.tensor([0, 3, 10, 15], dtype=torch.int32)
     cu_k = torch.tensor([0, 6, 13, 22], dtype=torch.int32)
     q, k, v = torch.randn(15, 4, 16), torch.randn(22, 2, 16), torch.randn(22, 2, 16)
