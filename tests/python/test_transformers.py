@@ -235,3 +235,28 @@ def test_encoder_decoder_padding_and_cross_attention_match_sdpa(cpu_reference_ke
     args = dict(max_new_tokens=6, do_sample=False, num_beams=1)
     assert torch.equal(ms[NAME].generate(ids, attention_mask=mask, **args),
                        ms["sdpa"].generate(ids, attention_mask=mask, **args))
+
+
+@pytest.mark.parametrize("kv_lens", [False, True])
+def test_the_attention_traces_to_the_operator_with_fullgraph(kv_lens):
+    """torch.compile(fullgraph=True) of a layer's attention call on fake CUDA tensors: one
+    flashjit operator, no graph break (the mask function's read back happens before, once)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def layer(q, k, v, lens):
+        visible = fjt.VisibleKeys(True, 7, 0, 2, 4, 16, kv_lens=lens if kv_lens else None)
+        return fjt.attention(None, q, k, v, visible, scaling=0.125, softcap=30.0)[0]
+
+    torch._dynamo.reset()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        q = torch.empty(2, 8, 4, 64, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(2, 2, 16, 64, dtype=torch.bfloat16, device="cuda")
+        lens = torch.empty(2, dtype=torch.int32, device="cuda")
+        out = torch.compile(layer, backend=backend, fullgraph=True)(q, k, k, lens)
+    assert out.shape == (2, 4, 8, 64)
+    assert [str(n.target) for n in graphs[0].graph.nodes].count("flashjit.attention") == 1
