@@ -276,6 +276,18 @@ Result<Tiling> Autotuner::choose(const TuningKey& key, const std::vector<Tiling>
   return d.tiling;
 }
 
+std::optional<Tiling> Autotuner::known_default(const TuningKey& key, const Tiling& default_tiling) {
+  State& s = *s_;
+  std::lock_guard<std::mutex> guard(s.mutex);
+  const bool defaults_only =
+      s.mode == TuneMode::off ||
+      (s.mode == TuneMode::offline_only && !s.memo.count(key) && !(s.store && s.store->has(key)));
+  if (!defaults_only) return std::nullopt;
+  ++s.stats.lookups;
+  ++s.stats.defaults;
+  return default_tiling;
+}
+
 Result<TuningRecord> Autotuner::tune_key(const TuningKey& key, const std::vector<Tiling>& candidates,
                                          const Tiling& default_tiling, const Measure& measure, const Prune& prune,
                                          Retune retune) {

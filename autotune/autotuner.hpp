@@ -93,6 +93,11 @@ class Autotuner {
   Result<Tiling> choose(const TuningKey& key, const std::vector<Tiling>& candidates, const Tiling& default_tiling,
                         const Measure& measure, const Prune& prune);
 
+  // The default tiling when choose() would answer it whatever the candidates are — tuning off,
+  // or offline with nothing stored or remembered for `key` — counted as a lookup; nullopt when
+  // choose() needs the candidates. Lets a caller skip listing dozens of tilings.
+  std::optional<Tiling> known_default(const TuningKey& key, const Tiling& default_tiling);
+
   enum class Retune { if_missing, always };
 
   // Tunes `key` and stores the result whatever the mode (offline runs; `flashjit-tune`):

@@ -228,6 +228,11 @@ Result<TuningStore> TuningStore::open(std::optional<std::string> root, std::stri
   return TuningStore(std::move(s));
 }
 
+bool TuningStore::has(const TuningKey& key) const {
+  std::lock_guard<std::mutex> guard(s_->mutex);
+  return s_->records.count(key.to_string()) > 0;
+}
+
 std::optional<TuningRecord> TuningStore::find(const TuningKey& key, const std::string& candidate_set_hash) const {
   const std::string k = key.to_string();
   std::optional<TuningRecord> r;

@@ -78,6 +78,8 @@ class TuningStore {
   // and for the same candidate set; a record failing either check is ignored (logged once per
   // key), so stale tuning is never used. Memory only.
   std::optional<TuningRecord> find(const TuningKey& key, const std::string& candidate_set_hash) const;
+  // Whether any record, current or stale, is stored for `key` (no candidate set needed to ask).
+  bool has(const TuningKey& key) const;
 
   // Stores `record` (stamped with this store's versions) under `key`, in memory and then on
   // disk at once: under the file lock, re-read the file, merge, write atomically. On failure

@@ -134,7 +134,6 @@ Result<std::optional<std::string>> load_entry_in(DiskCache::State& s, const Arch
 
 Result<std::optional<std::string>> load_entry(DiskCache::State& s, const PrivateDir& root, const EntryKey& key,
                                               LoadMode mode) {
-  FJ_TRY(validate_entry_key(key));
   auto arch = CacheDir::existing_arch_dir(root, key.arch);
   if (!arch) {
     if (arch.error().code() == Code::not_found) return std::optional<std::string>();  // nothing for this arch yet
@@ -144,7 +143,6 @@ Result<std::optional<std::string>> load_entry(DiskCache::State& s, const Private
 }
 
 Status store_entry(DiskCache::State& s, const ArchDir& arch, const EntryKey& key, std::string_view payload) {
-  FJ_TRY(validate_entry_key(key));
   for (const std::string& path : remove_stale_temps(arch.dir))
     s.log("removed stale temp file '" + path + "' (its writer is gone and it is older than " +
           std::to_string(std::chrono::duration_cast<std::chrono::minutes>(kStaleTempAge).count()) + " minutes)");

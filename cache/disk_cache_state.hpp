@@ -59,6 +59,9 @@ struct LoadMode {
   bool touch = true;              // advance the entry's LRU clock on a hit
 };
 
+// The helpers below take a key that has passed validate_entry_key(): the public entry points
+// (DiskCache's load/store/get_or_build, a bundle's reader) check each key once, where it arrives.
+
 // Looks up and verifies without counting hits/misses (callers count); counts and handles
 // corrupt entries (log + remove). load_entry finds the arch folder under `root` (a missing one is
 // a miss); load_entry_in uses one already opened.

@@ -4,7 +4,9 @@
 # with the project's CMake into build-python/), then tests/python with pytest against the
 # installed package. No GPU needed (numerics run in the GPU suite on the device). The venv is
 # kept in build-venv/ (FLASHJIT_VENV overrides) and reused; a first run downloads ~3 GB of PyTorch
-# and its CUDA libraries.
+# and its CUDA libraries. transformers (a few tens of MB of prebuilt wheels with its dependencies) is
+# pinned to the version the device runs, so the tests of flashjit.transformers, which read its mask
+# functions, see the code they will meet there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/packages.sh
@@ -14,6 +16,7 @@ venv=$(realpath -m "${FLASHJIT_VENV:-build-venv}")  # absolute: pytest runs from
 py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -c "import torch, pytest" 2>/dev/null || "$py" -m pip install -q "torch>=2.4" pytest
+"$py" -c "import transformers" 2>/dev/null || "$py" -m pip install -q "transformers==5.17.0"
 "$py" -m pip install -q .
 # From outside the checkout, so `import flashjit` is the installed package, not python/.
 root=$PWD

@@ -58,20 +58,43 @@ class KernelFamily {
   virtual TileShape tile_shape(const Tiling& t) const = 0;
   // The kernels of a variant's module, in the order launch plans refer to them.
   virtual std::vector<EntryPoint> entry_points(const KernelVariant& v) const = 0;
-  // Device workspace one call needs (split-KV partials; most families need none), and how many
-  // bytes at its start must be zero when the plan's kernels start (counters they take and give
-  // back): the engine zeroes them only when needed.
-  struct Workspace {
-    std::size_t bytes = 0;
-    std::size_t zeroed = 0;
-  };
-  virtual Workspace workspace(const AttentionProblem&, const KernelVariant&, const DeviceContextInfo&) const { return {}; }
-  // The launches for one call: fills `out` (grids, params) for a validated problem. `workspace`
-  // holds workspace().bytes bytes (0 when none were asked for; planning without launching may
-  // pass 0 too). Runs on every call: no allocation, no driver calls.
+  // The launches for one call: fills `out` (grids, params) for a validated problem, taking from
+  // `workspace` the device scratch memory the call needs (split-KV partials; most families need
+  // none). Runs on every call: no allocation, no driver calls of its own.
   virtual Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device,
-                      CUdeviceptr workspace, LaunchPlan& out) const = 0;
+                      WorkspaceSource& workspace, LaunchPlan& out) const = 0;
 };
+
+// What every family has alike: a knob table (which names the family), a template, a priority,
+// and how check_tiling() words a broken rule.
+class KernelFamilyBase : public KernelFamily {
+ public:
+  KernelFamilyBase(const KnobTable& knobs, const char* entry_template, int priority)
+      : knobs_(knobs), entry_template_(entry_template), priority_(priority) {}
+  const char* name() const final { return knobs_.family; }
+  const KnobTable& knobs() const final { return knobs_; }
+  const char* entry_template() const final { return entry_template_; }
+  int priority() const final { return priority_; }
+
+ protected:
+  // The error for tiling `t` breaking `rule`, naming both.
+  static Error broken(const Tiling& t, const std::string& rule) {
+    return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule);
+  }
+  // Where every check_tiling() starts: a tiling of another family is refused by name.
+  Status check_table(const Tiling& t) const {
+    if (t.table != &knobs_) return broken(t, std::string("is not a ") + knobs_.family + " tiling");
+    return {};
+  }
+
+ private:
+  const KnobTable& knobs_;
+  const char* entry_template_;
+  int priority_;
+};
+
+// The refusal of the mma.sync families on GPUs before Ampere.
+inline constexpr const char* kNeedsSm80 = "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
 
 // Shared memory one block may use on an arch (opt-in maximum), used to prune tilings without a
 // GPU; at run time the device's own attribute is used instead.

@@ -5,10 +5,14 @@
 // dispatch path allocates nothing.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <cstring>
 #include <new>
 #include <type_traits>
+
+#include "flashjit/status.hpp"
 
 namespace flashjit {
 
@@ -53,6 +57,24 @@ struct LaunchPlan {
   int count = 0;
 
   KernelLaunch& add() { return kernels[count++]; }
+};
+
+// Device scratch memory for one call's plan.
+class WorkspaceSource {
+ public:
+  // At least `bytes` of device memory whose first `zeroed` bytes are zero when the plan's kernels
+  // start (counters they take and give back: the kernels leave them zero again). 0 when planning
+  // without launching (checking a tiling): the plan is still made, without the buffer's address.
+  virtual Result<CUdeviceptr> get(std::size_t bytes, std::size_t zeroed) = 0;
+
+ protected:
+  ~WorkspaceSource() = default;
+};
+
+// Planning without launching: every request gets no memory (address 0).
+class NoWorkspace final : public WorkspaceSource {
+ public:
+  Result<CUdeviceptr> get(std::size_t, std::size_t) override { return CUdeviceptr(0); }
 };
 
 }  // namespace flashjit

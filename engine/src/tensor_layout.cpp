@@ -104,24 +104,28 @@ std::int64_t stride_product(std::int64_t a, std::int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::int64_t>::max() : r;
 }
 
-}  // namespace
-
-TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+// A (batch, seq, heads, dim) view whose memory nests the dims in `order` (outermost first).
+TensorView packed_view(const void* data, DType dtype, const std::int64_t (&shape)[4], const int (&order)[4]) {
   TensorView v;
   v.data = data;
   v.dtype = dtype;
-  v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
-  v.stride[3] = 1, v.stride[2] = d, v.stride[1] = stride_product(h, d), v.stride[0] = stride_product(s, v.stride[1]);
+  std::int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    v.shape[order[i]] = shape[order[i]];
+    v.stride[order[i]] = stride;
+    stride = stride_product(stride, shape[order[i]]);
+  }
   return v;
 }
 
+}  // namespace
+
+TensorView TensorView::bshd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
+  return packed_view(data, dtype, {b, s, h, d}, {0, 1, 2, 3});
+}
+
 TensorView TensorView::bhsd(const void* data, DType dtype, std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d) {
-  TensorView v;
-  v.data = data;
-  v.dtype = dtype;
-  v.shape[0] = b, v.shape[1] = s, v.shape[2] = h, v.shape[3] = d;
-  v.stride[3] = 1, v.stride[1] = d, v.stride[2] = stride_product(s, d), v.stride[0] = stride_product(h, v.stride[2]);
-  return v;
+  return packed_view(data, dtype, {b, s, h, d}, {0, 2, 1, 3});
 }
 
 LseView LseView::contiguous(float* data, std::int64_t b, std::int64_t h, std::int64_t s) {

@@ -154,7 +154,9 @@ autotune::Prune TuningSession::prune() {
     if (k->local_bytes > kMaxLocalBytes) return "spills " + std::to_string(k->local_bytes) + " bytes to local memory";
     // Registers per thread times the largest block the plan launches must fit an SM's file.
     LaunchPlan plan;
-    if (auto st = find_family(v.family)->plan(problem_, v, info_, 0, plan); !st.ok()) return st.error().message();
+    NoWorkspace no_workspace;
+    if (auto st = find_family(v.family)->plan(problem_, v, info_, no_workspace, plan); !st.ok())
+      return st.error().message();
     for (int i = 0; i < plan.count; ++i) {
       const Dim3& b = plan.kernels[i].block;
       if (std::int64_t(k->registers) * b.x * b.y * b.z > kRegistersPerSm) return "needs more registers than an SM has";
@@ -167,18 +169,35 @@ autotune::Measure TuningSession::measure() {
   return [this](const Tiling& t) { return time(t); };
 }
 
+namespace {
+
+// A timed candidate's workspace: a buffer of its own, zeroed whole (which covers the prefix its
+// kernels expect zero), freed with the session's other buffers.
+class SessionWorkspace final : public WorkspaceSource {
+ public:
+  SessionWorkspace(const DriverLibrary& drv, std::vector<CUdeviceptr>& buffers) : drv_(drv), buffers_(buffers) {}
+  Result<CUdeviceptr> get(std::size_t bytes, std::size_t) override {
+    CUdeviceptr p = 0;
+    FJ_CU(drv_, cuMemAlloc(&p, bytes));
+    buffers_.push_back(p);
+    FJ_CU(drv_, cuMemsetD8(p, 0, bytes));
+    return p;
+  }
+
+ private:
+  const DriverLibrary& drv_;
+  std::vector<CUdeviceptr>& buffers_;
+};
+
+}  // namespace
+
 Result<double> TuningSession::time(const Tiling& t) {
   const KernelVariant v{key_.family, key_.semantics, t};
   const KernelFamily* family = find_family(v.family);
   if (!family) return Error(Code::invalid_argument, "unknown kernel family '" + v.family + "'");
   auto m = loader_->get(*drv_, ctx_, info_, v);
   if (!m.ok()) return std::move(m).error();
-  CUdeviceptr workspace = 0;
-  if (const std::size_t bytes = family->workspace(problem_, v, info_).bytes) {
-    FJ_CU(*drv_, cuMemAlloc(&workspace, bytes));
-    buffers_.push_back(workspace);
-    FJ_CU(*drv_, cuMemsetD8(workspace, 0, bytes));  // all of it: covers the zeroed prefix the plan's kernels expect
-  }
+  SessionWorkspace workspace(*drv_, buffers_);
   LaunchPlan plan;
   FJ_TRY(family->plan(problem_, v, info_, workspace, plan));
   for (int i = 0; i < kWarmupLaunches; ++i) FJ_TRY(KernelLoader::launch(*drv_, m.value(), plan, nullptr));

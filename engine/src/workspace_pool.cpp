@@ -1,5 +1,7 @@
 #include "workspace_pool.hpp"
 
+#include "cudalib/driver_library.hpp"
+
 namespace flashjit {
 namespace {
 
@@ -54,6 +56,44 @@ std::size_t WorkspacePool::bytes_held() const {
   std::size_t n = 0;
   for (const auto& [key, b] : buffers_) n += b.bytes;
   return n;
+}
+
+WorkspaceDevice driver_workspace_device() {
+  WorkspaceDevice d;
+  d.allocate = [](std::size_t bytes) -> Result<CUdeviceptr> {
+    auto drv = DriverLibrary::get();
+    if (!drv.ok()) return std::move(drv).error();
+    CUdeviceptr p = 0;
+    FJ_CU(*drv.value(), cuMemAlloc(&p, bytes));
+    if (const CUresult r = drv.value()->cuMemsetD8(p, 0, bytes); r != CUDA_SUCCESS) {
+      drv.value()->cuMemFree(p);
+      return drv.value()->error(r, "zeroing a new workspace");
+    }
+    return p;
+  };
+  d.free = [](CUdeviceptr p) {
+    if (auto drv = DriverLibrary::get(); drv.ok()) drv.value()->cuMemFree(p);
+  };
+  d.synchronize = [](CUstream stream) -> Status {
+    auto drv = DriverLibrary::get();
+    if (!drv.ok()) return std::move(drv).error();
+    FJ_CU(*drv.value(), cuStreamSynchronize(stream));
+    return {};
+  };
+  d.zero_async = [](CUdeviceptr p, std::size_t bytes, CUstream stream) -> Status {
+    auto drv = DriverLibrary::get();
+    if (!drv.ok()) return std::move(drv).error();
+    FJ_CU(*drv.value(), cuMemsetD8Async(p, 0, bytes, stream));
+    return {};
+  };
+  d.capturing = [](CUstream stream) -> Result<bool> {
+    auto drv = DriverLibrary::get();
+    if (!drv.ok()) return std::move(drv).error();
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    FJ_CU(*drv.value(), cuStreamIsCapturing(stream, &st));
+    return st != CU_STREAM_CAPTURE_STATUS_NONE;
+  };
+  return d;
 }
 
 }  // namespace flashjit

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "flashjit/status.hpp"
+#include "launch_plan.hpp"
 
 namespace flashjit {
 
@@ -31,6 +32,9 @@ struct WorkspaceDevice {
   std::function<Result<bool>(CUstream)> capturing;
   std::function<Status(CUdeviceptr, std::size_t, CUstream)> zero_async;  // stream-ordered, capturable
 };
+
+// The pool's calls through the CUDA driver (the library loaded at first use).
+WorkspaceDevice driver_workspace_device();
 
 class WorkspacePool {
  public:
@@ -56,6 +60,20 @@ class WorkspacePool {
   WorkspaceDevice device_;
   mutable std::mutex mu_;
   std::map<std::pair<CUcontext, CUstream>, Buffer> buffers_;
+};
+
+// One call's workspace: the pool's buffer of (context, stream).
+class StreamWorkspace final : public WorkspaceSource {
+ public:
+  StreamWorkspace(WorkspacePool& pool, CUcontext ctx, CUstream stream) : pool_(pool), ctx_(ctx), stream_(stream) {}
+  Result<CUdeviceptr> get(std::size_t bytes, std::size_t zeroed) override {
+    return pool_.get(ctx_, stream_, bytes, zeroed);
+  }
+
+ private:
+  WorkspacePool& pool_;
+  CUcontext ctx_;
+  CUstream stream_;
 };
 
 }  // namespace flashjit

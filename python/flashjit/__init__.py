@@ -5,7 +5,9 @@
 
 The operator behind it is torch.ops.flashjit.attention (flashjit.ops): torch.compile, CUDA
 graphs and torch.export see it as one op. Importing this package loads neither torch nor the
-library: both load on first use.
+library: both load on first use. flashjit.sdpa (the flash backend of PyTorch's SDPA, activated on
+request) and flashjit.transformers (an attention implementation for transformers) load when
+imported.
 """
 from ._abi import FlashjitError
 
@@ -15,7 +17,7 @@ __all__ = ["FlashjitError", "flash_attn_func", "flash_attn_varlen_func", "flash_
 
 _LAZY = {"flash_attn_func": "interface", "flash_attn_varlen_func": "interface", "flash_attn_with_kvcache": "interface",
          "library_path": "_library", "version": "_library", "precompile": "warmup", "ops": None, "interface": None,
-         "warmup": None}
+         "warmup": None, "sdpa": None, "transformers": None}
 
 
 def __getattr__(name):

@@ -99,6 +99,31 @@ def c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                              block_table=block_table, check=check)
 
 
+def launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], cu_seqlens_q=None, cu_seqlens_k=None,
+           max_seqlen_q=0, max_seqlen_k=0, kv_lens=None, block_table=None, alibi_slopes=None, sinks=None,
+           softmax_scale=0.0, causal=False, window_left=-1, window_right=-1, softcap=0.0, check=False):
+    """Runs attention into tensors the caller allocated (any strides): out as the operator's output,
+    lse (fp32, the operator's LSE shape) or None. For callers that own their outputs' layout, such
+    as the SDPA backend (flashjit.sdpa), which must return aten's layouts; not traced by
+    torch.compile (use the operator for that)."""
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check)
+
+
+def _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check):
+    lib = _library.get()
+    args = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                  alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, lse is not None, check)
+    device = q.device
+    if device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):  # the engine runs on the calling thread's current context
+            _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
+    else:
+        _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
+
+
 @torch.library.custom_op("flashjit::attention", mutates_args=(), device_types="cuda")
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
               max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
@@ -111,15 +136,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     out = q.new_empty(out_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32)
-    lib = _library.get()
-    args = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                  alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
-    device = q.device
-    if device.index is not None and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):  # the engine runs on the calling thread's current context
-            _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
-    else:
-        _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
+    _launch_checked(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    kv_lens, block_table, alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
+                    check)
     return out, lse
 
 

@@ -59,6 +59,28 @@ TEST_CASE("autotuner: off returns the default and never measures or reads the st
   CHECK(st.hits == 0);
 }
 
+TEST_CASE("autotuner: known_default answers without candidates only when choose() would ignore them") {
+  TempDir tmp;
+  FakeGpu gpu;
+  {
+    Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
+    REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
+  }
+  Autotuner off = make_tuner(tmp / "root", TuneMode::off);
+  CHECK(off.known_default(key_for(4096), kDefault) == kDefault);  // off: even a stored key
+  Autotuner offline = make_tuner(tmp / "root", TuneMode::offline_only);
+  CHECK(offline.known_default(key_for(64), kDefault) == kDefault);        // nothing stored
+  CHECK_FALSE(offline.known_default(key_for(4096), kDefault).has_value());  // stored: needs the candidate set
+  CHECK(offline.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
+  AutotunerStats st = offline.stats();
+  CHECK(st.lookups == 2);
+  CHECK(st.defaults == 1);
+  CHECK(st.hits == 1);
+  // On first use a key with nothing stored is tuned: the candidates are needed.
+  Autotuner first_use = make_tuner(tmp / "other", TuneMode::on_first_use);
+  CHECK_FALSE(first_use.known_default(key_for(64), kDefault).has_value());
+}
+
 TEST_CASE("autotuner: off mode creates nothing on disk") {
   TempDir tmp;
   Autotuner off = make_tuner(tmp / "root", TuneMode::off);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "flashjit/flashjit.hpp"
 #include "tensor_layout.hpp"
 
 using namespace flashjit;
@@ -139,4 +140,27 @@ TEST_CASE("overlap of extents: shared bytes only, never for empty ones") {
   CHECK(overlaps(a, a));
   CHECK_FALSE(overlaps(a, none));
   CHECK_FALSE(overlaps(none, none));
+}
+
+TEST_CASE("packed views: bshd and bhsd strides, and a product past int64 saturates so validation refuses it") {
+  const TensorView a = TensorView::bshd(nullptr, DType::f16, 2, 5, 3, 7);
+  CHECK(a.shape[0] == 2);
+  CHECK(a.shape[1] == 5);
+  CHECK(a.shape[2] == 3);
+  CHECK(a.shape[3] == 7);
+  CHECK(a.stride[3] == 1);
+  CHECK(a.stride[2] == 7);
+  CHECK(a.stride[1] == 21);
+  CHECK(a.stride[0] == 105);
+  const TensorView b = TensorView::bhsd(nullptr, DType::f16, 2, 5, 3, 7);
+  CHECK(b.shape[1] == 5);
+  CHECK(b.shape[2] == 3);
+  CHECK(b.stride[3] == 1);
+  CHECK(b.stride[1] == 7);
+  CHECK(b.stride[2] == 35);
+  CHECK(b.stride[0] == 105);
+  const std::int64_t huge = std::int64_t(1) << 40;
+  const TensorView c = TensorView::bshd(nullptr, DType::f16, 1, huge, huge, 1);
+  CHECK(c.stride[1] == huge);
+  CHECK(c.stride[0] == std::numeric_limits<std::int64_t>::max());
 }

@@ -40,29 +40,25 @@ fj_layout::DecodeLayout layout(const Semantics& s, const Tiling& t) {
 // The least shared memory: one 16-row tile, 2 warps of 16 keys, the two stages the pipeline needs.
 const Tiling kSmallest(kKnobs, {1, 2, 16, 2, 0});
 
-class DecodeSm80 final : public KernelFamily {
+class DecodeSm80 final : public KernelFamilyBase {
  public:
-  const char* name() const override { return kKnobs.family; }
-  const KnobTable& knobs() const override { return kKnobs; }
-  const char* entry_template() const override { return "decode_sm80/decode.cu"; }
-  int priority() const override { return kPriority; }
+  DecodeSm80() : KernelFamilyBase(kKnobs, "decode_sm80/decode.cu", kPriority) {}
 
   // fp32 head dims above 160 do not fit sm_86's and sm_89's 99 KiB even in kSmallest: fa2_sm80
   // runs those decode shapes there.
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
-    if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+    if (arch.major < 8) return kNeedsSm80;
     if (shape && shape->seqlen_q > kMaxQueries) return "more than 16 queries per sequence: a prefill shape";
     return smem_refusal(*this, arch, s);
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
-    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
-    if (t.table != &kKnobs) return bad("is not a decode_sm80 tiling");
-    if (t[kRowTiles] < 1 || t[kRowTiles] > 2) return bad("row_tiles must be 1 or 2 (16 or 32 rows)");
-    if (t[kWarps] != 2 && t[kWarps] != 4 && t[kWarps] != 8) return bad("warps must be 2, 4 or 8");
-    if (t[kWarpKeys] != 16 && t[kWarpKeys] != 32) return bad("warp_keys must be 16 or 32");
-    if (t[kStages] < 2 || t[kStages] > 6) return bad("stages must be in [2, 6]");
-    if (t[kSplits] < 0 || t[kSplits] > kMaxSplits) return bad("splits must be 0 (chosen per call) or in [1, 128]");
+    FJ_TRY(check_table(t));
+    if (t[kRowTiles] < 1 || t[kRowTiles] > 2) return broken(t, "row_tiles must be 1 or 2 (16 or 32 rows)");
+    if (t[kWarps] != 2 && t[kWarps] != 4 && t[kWarps] != 8) return broken(t, "warps must be 2, 4 or 8");
+    if (t[kWarpKeys] != 16 && t[kWarpKeys] != 32) return broken(t, "warp_keys must be 16 or 32");
+    if (t[kStages] < 2 || t[kStages] > 6) return broken(t, "stages must be in [2, 6]");
+    if (t[kSplits] < 0 || t[kSplits] > kMaxSplits) return broken(t, "splits must be 0 (chosen per call) or in [1, 128]");
     return {};
   }
 
@@ -132,14 +128,7 @@ class DecodeSm80 final : public KernelFamily {
     return (p.shape.seqlen_q * group + cta_rows(t) - 1) / cta_rows(t);
   }
 
-  Workspace workspace(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d) const override {
-    const int splits = split_count(p, v, d);
-    if (splits <= 1) return {};
-    const SplitLayout w = workspace_layout(p, v, splits);
-    return {w.bytes, w.tickets_bytes};
-  }
-
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, CUdeviceptr workspace,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& d, WorkspaceSource& workspace,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int splits = split_count(p, v, d);
@@ -153,11 +142,15 @@ class DecodeSm80 final : public KernelFamily {
     fill_attention_params(p, dp.attn);
     dp.splits = splits;
     dp.row_blocks = int(blocks);
-    if (splits > 1 && workspace) {
+    if (splits > 1) {
       const SplitLayout w = workspace_layout(p, v, splits);
-      dp.tickets = reinterpret_cast<unsigned*>(workspace);
-      dp.partial_lse = reinterpret_cast<float*>(workspace + w.lse_offset);
-      dp.partial_o = reinterpret_cast<float*>(workspace + w.o_offset);
+      auto buffer = workspace.get(w.bytes, w.tickets_bytes);
+      if (!buffer.ok()) return std::move(buffer).error().with("variant", v.name());
+      if (const CUdeviceptr base = buffer.value()) {
+        dp.tickets = reinterpret_cast<unsigned*>(base);
+        dp.partial_lse = reinterpret_cast<float*>(base + w.lse_offset);
+        dp.partial_o = reinterpret_cast<float*>(base + w.o_offset);
+      }
     }
     return {};
   }

@@ -23,27 +23,23 @@ constexpr int kPriority = 100;  // the portable fallback: every faster family go
 // The least shared memory: one warp's 16 rows, 16-key tiles, the two stages the pipeline needs.
 const Tiling kSmallest(kKnobs, {kMmaRows, 16, 1, 2});
 
-class Fa2Sm80 final : public KernelFamily {
+class Fa2Sm80 final : public KernelFamilyBase {
  public:
-  const char* name() const override { return kKnobs.family; }
-  const KnobTable& knobs() const override { return kKnobs; }
-  const char* entry_template() const override { return "fa2_sm80/forward.cu"; }
-  int priority() const override { return kPriority; }
+  Fa2Sm80() : KernelFamilyBase(kKnobs, "fa2_sm80/forward.cu", kPriority) {}
 
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
-    if (arch.major < 8) return "needs sm_80 or newer (mma.sync on 16-bit types, cp.async)";
+    if (arch.major < 8) return kNeedsSm80;
     return smem_refusal(*this, arch, s);
   }
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
-    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
-    if (t.table != &kKnobs) return bad("is not a fa2_sm80 tiling");
-    if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return bad("warps must be in [1, 8]");
+    FJ_TRY(check_table(t));
+    if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return broken(t, "warps must be in [1, 8]");
     if (t[kBlockM] < kMmaRows || t[kBlockM] % (kMmaRows * t[kWarps]))
-      return bad("BLOCK_M must be a multiple of 16 x warps");
-    if (t[kBlockM] > 256) return bad("BLOCK_M must be at most 256");
-    if (t[kBlockN] < 16 || t[kBlockN] > 256 || t[kBlockN] % 16) return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
-    if (t[kStages] < 2 || t[kStages] > 4) return bad("stages must be in [2, 4]");
+      return broken(t, "BLOCK_M must be a multiple of 16 x warps");
+    if (t[kBlockM] > 256) return broken(t, "BLOCK_M must be at most 256");
+    if (t[kBlockN] < 16 || t[kBlockN] > 256 || t[kBlockN] % 16) return broken(t, "BLOCK_N must be a multiple of 16 in [16, 256]");
+    if (t[kStages] < 2 || t[kStages] > 4) return broken(t, "stages must be in [2, 4]");
     return {};
   }
 
@@ -102,7 +98,7 @@ class Fa2Sm80 final : public KernelFamily {
     return {{"flashjit_fa2_fwd", smem_bytes(v.semantics, v.tiling)}};
   }
 
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, CUdeviceptr,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, WorkspaceSource&,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     KernelLaunch& k = out.add();

@@ -96,12 +96,9 @@ TmaView box_view(const char* name, const TensorView& t, int rows) {
   return v;
 }
 
-class Fa3Sm90 final : public KernelFamily {
+class Fa3Sm90 final : public KernelFamilyBase {
  public:
-  const char* name() const override { return kKnobs.family; }
-  const KnobTable& knobs() const override { return kKnobs; }
-  const char* entry_template() const override { return "fa3_sm90/forward.cu"; }
-  int priority() const override { return kPriority; }
+  Fa3Sm90() : KernelFamilyBase(kKnobs, "fa3_sm90/forward.cu", kPriority) {}
 
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const override {
     if (arch.major != 9 || arch.suffix != 'a') return "needs sm_90a (wgmma, TMA)";
@@ -118,25 +115,24 @@ class Fa3Sm90 final : public KernelFamily {
   int min_smem_bytes(const Semantics& s) const override { return layout(s, kSmallest).smem_bytes; }
 
   Status check_tiling(const Semantics& s, const Tiling& t) const override {
-    auto bad = [&](const std::string& rule) { return Error(Code::invalid_argument, "tiling " + t.name() + ": " + rule); };
-    if (t.table != &kKnobs) return bad("is not a fa3_sm90 tiling");
-    if (t[kWarpgroups] < 1 || t[kWarpgroups] > kMaxWarpgroups) return bad("warpgroups must be in [1, 3]");
+    FJ_TRY(check_table(t));
+    if (t[kWarpgroups] < 1 || t[kWarpgroups] > kMaxWarpgroups) return broken(t, "warpgroups must be in [1, 3]");
     if (t[kBlockN] < 16 || t[kBlockN] > kMaxBox || t[kBlockN] % 16 != 0)
-      return bad("BLOCK_N must be a multiple of 16 in [16, 256]");
-    if (t[kStages] < 2 || t[kStages] > 4) return bad("stages must be in [2, 4]");
-    if (t[kPersistent] != 0 && t[kPersistent] != 1) return bad("persistent must be 0 or 1");
-    if (t[kCluster] != 1 && t[kCluster] != 2) return bad("cluster must be 1 or 2");
+      return broken(t, "BLOCK_N must be a multiple of 16 in [16, 256]");
+    if (t[kStages] < 2 || t[kStages] > 4) return broken(t, "stages must be in [2, 4]");
+    if (t[kPersistent] != 0 && t[kPersistent] != 1) return broken(t, "persistent must be 0 or 1");
+    if (t[kCluster] != 1 && t[kCluster] != 2) return broken(t, "cluster must be 1 or 2");
     if (t[kCluster] == 2 && !shares_keys(s))
-      return bad("cluster 2 needs every query block to see the same keys: no causal mask, window, varlen or paged K/V");
+      return broken(t, "cluster 2 needs every query block to see the same keys: no causal mask, window, varlen or paged K/V");
     if (t[kCluster] == 2 && t[kPersistent] == 1)
-      return bad("cluster 2 takes one tile per CTA pair: persistent must be 0");
+      return broken(t, "cluster 2 takes one tile per CTA pair: persistent must be 0");
     // Registers a consumer thread holds: O (Dv / 2), S (BLOCK_N / 2) and P (BLOCK_N / 4), with
     // head dims padded to wgmma's 16; what is left of the consumer's share holds the rest.
     const int held = round_up16(s.head_dim_v) / 2 + t[kBlockN] / 2 + t[kBlockN] / 4;
     const int regs = fj_layout::fa3_consumer_regs(t[kWarpgroups], layout(s, t).smem_bytes);
     const int reserved = t[kWarpgroups] == 1 ? kRegsReservedLone : kRegsReserved;
     if (held > regs - reserved)
-      return bad("O, S and P take " + std::to_string(held) + " registers of a consumer's " + std::to_string(regs) +
+      return broken(t, "O, S and P take " + std::to_string(held) + " registers of a consumer's " + std::to_string(regs) +
                  " (at most " + std::to_string(regs - reserved) + ")");
     return {};
   }
@@ -219,7 +215,7 @@ class Fa3Sm90 final : public KernelFamily {
 
   // Encodes the tensor maps (host-side driver calls, no GPU work; memoized per thread, so a
   // loop over the same buffers pays for them once).
-  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device, CUdeviceptr,
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo& device, WorkspaceSource&,
               LaunchPlan& out) const override {
     const Tiling& t = v.tiling;
     const int block_m = fj_layout::kWarpgroupRows * t[kWarpgroups];

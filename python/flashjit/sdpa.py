@@ -1,0 +1,255 @@
+"""flashjit as the flash backend of torch.nn.functional.scaled_dot_product_attention.
+
+    import torch, flashjit.sdpa                               # registers "FLASHJIT"; activates nothing
+    torch.nn.attention.activate_flash_attention_impl("FLASHJIT")
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # runs flashjit
+    torch.nn.attention.restore_flash_attention_impl()        # aten's own kernels again
+
+Activation overrides aten's CUDA kernels of the flash forward ops (_scaled_dot_product_flash_attention,
+_flash_attention_forward and, where torch has it, _flash_attention_forward_no_dropout_inplace) with
+flashjit, through a torch.library.Library that restore drops. SDPA still chooses its backend as
+before: flashjit runs the calls that SDPA (or nested tensors, or torch.nn.attention.varlen) sends to
+the flash backend. The override keeps aten's semantics: layouts, output strides (those of aten's meta
+functions, which torch.compile checks), causal and windows aligned bottom-right as FlashAttention
+does, varlen prefix sums, seqused_k, ALiBi. What flashjit cannot do raises NotImplementedError naming
+the argument (dropout_p > 0, return_debug_mask); bad arguments raise flashjit.FlashjitError.
+
+Backward: flashjit has no backward pass, and aten's flash backward would read flashjit's LSE,
+output and rng state as if its own forward had written them, which nothing here proves (rows that see
+no key, for one, get LSE -inf from flashjit and +inf from FlashAttention-2). So while active, the
+backward ops are overridden too and raise; and if a forward ran with autograd recording, that
+refusal outlives restore_flash_attention_impl() for the rest of the process (a graph recorded
+through flashjit may still be backpropagated later). Run flashjit forwards under torch.no_grad() or
+torch.inference_mode() to keep aten's backward usable after restore.
+"""
+import threading
+import warnings
+
+import torch
+from torch.library import Library
+
+from . import interface, ops
+from ._abi import FlashjitError
+
+IMPL_NAME = "FLASHJIT"
+
+_FORWARD_OPS = ("_scaled_dot_product_flash_attention", "_flash_attention_forward",
+                "_flash_attention_forward_no_dropout_inplace")  # the last one: not in 2.11, in 2.15
+_BACKWARD_OPS = ("_scaled_dot_product_flash_attention_backward", "_flash_attention_backward")
+
+_routed = dict.fromkeys(_FORWARD_OPS, 0)
+_routed_lock = threading.Lock()
+_lingering_backward_guards = []  # guards kept past restore (see the module's docstring)
+
+
+def routed_calls(op=None):
+    """Calls flashjit ran for aten's flash forward ops in this process: for one op (its aten name)
+    or, without `op`, all of them."""
+    with _routed_lock:
+        return _routed[op] if op is not None else sum(_routed.values())
+
+
+def _count(op):
+    with _routed_lock:
+        _routed[op] += 1
+
+
+def aten_ops(names):
+    """The names among `names` that this PyTorch's aten has (2.11 lacks some of 2.15's)."""
+    return [name for name in names if hasattr(torch.ops.aten, name)]
+
+
+# ---- argument checks: aten's names, flashjit's rules --------------------------------------------
+
+def _refuse_unsupported(op, dropout_p, return_debug_mask, scale):
+    if dropout_p:
+        raise NotImplementedError("%s through flashjit: dropout_p=%r: flashjit has no attention dropout (pass 0.0, or "
+                                  "restore_flash_attention_impl() for training with dropout)" % (op, dropout_p))
+    if return_debug_mask:
+        raise NotImplementedError("%s through flashjit: return_debug_mask=True: flashjit never forms the attention "
+                                  "probabilities" % op)
+    if scale is not None and scale == 0.0:
+        # The C ABI reads a zero scale as "1/sqrt(head_dim)"; an explicit 0 would silently mean that.
+        raise NotImplementedError("%s through flashjit: scale=0.0 (uniform attention) is not supported: flashjit "
+                                  "reads 0 as its default scale 1/sqrt(head_dim)" % op)
+
+
+def _check_devices(op, device_type, named_tensors):
+    """Every tensor given is on one device of `device_type` (aten dispatches a call to CUDA when any
+    input is there, so a CPU key, cu_seqlens or slope can still arrive)."""
+    first_name, first = None, None
+    for name, t in named_tensors:
+        if t is None:
+            continue
+        if t.device.type != device_type:
+            raise FlashjitError("%s through flashjit: %s is on %s; flashjit runs on %s tensors"
+                                % (op, name, t.device, device_type.upper()))
+        if first is None:
+            first_name, first = name, t
+        elif t.device != first.device:
+            raise FlashjitError("%s through flashjit: %s is on %s but %s is on %s" % (op, name, t.device, first_name,
+                                                                                       first.device))
+
+
+def empty_with_layout_of(like, shape):
+    """An empty tensor of `shape` whose dims are ordered in memory as `like`'s are (aten's meta
+    functions allocate the flash output so, and torch.compile checks the strides it gets)."""
+    if tuple(like.shape) == tuple(shape):
+        return torch.empty_like(like)
+    order = sorted(range(like.dim()), key=lambda d: like.stride(d) if like.stride(d) else float("inf"))
+    strides, step = [0] * like.dim(), 1
+    for d in order:  # innermost first
+        strides[d] = step
+        step *= shape[d]
+    return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device)
+
+
+def _rng_outputs(query):
+    """aten's (rng_state, unused) pair: uint64 [2] and []. Only a dropout backward reads them, and
+    flashjit refuses dropout, so zeros."""
+    return (torch.zeros((2,), dtype=torch.uint64, device=query.device),
+            torch.zeros((), dtype=torch.uint64, device=query.device))
+
+
+def flash_lse(query, cum_seq_q):
+    """The LSE _flash_attention_forward returns: fp32 [batch, heads, seq_q] for [batch, seq_q,
+    heads, head_dim] queries, [heads, total_q] with cum_seq_q; contiguous, as aten's meta function."""
+    if cum_seq_q is None:
+        shape = (query.shape[0], query.shape[2], query.shape[1])
+    else:
+        shape = (query.shape[1], query.shape[0])
+    return torch.empty(shape, dtype=torch.float32, device=query.device)
+
+
+# ---- the kernels -------------------------------------------------------------------------------
+
+def _kernels(device_type, launch, on_forward):
+    """The override's kernels by aten op name. device_type and launch are parameters so the CPU
+    tests can route a CPU reference through the same code; on_forward(query, key, value) is told
+    of each forward (the activation uses it to see autograd recording)."""
+
+    def run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table):
+        _check_devices(op, device_type, (("query", query), ("key", key), ("value", value), ("out", out),
+                                         ("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k), ("seqused_k", seqused_k),
+                                         ("alibi_slopes", alibi_slopes), ("block_table", block_table)))
+        kv_lens, cu_k = seqused_k, cum_seq_k
+        if block_table is not None:
+            # Paged keys come through the table (flashjit needs each sequence's key count): seqused_k,
+            # else the prefix sums' steps, else every slot of the sequence's pages (FlashAttention-2's).
+            if kv_lens is None and cum_seq_k is not None:
+                kv_lens = (cum_seq_k[1:] - cum_seq_k[:-1]).to(torch.int32)
+            elif kv_lens is None:
+                batch = block_table.shape[0]
+                kv_lens = torch.full((batch,), block_table.shape[1] * key.shape[1], dtype=torch.int32,
+                                     device=query.device)
+            cu_k = None
+        left, right = interface._window((window_size_left, window_size_right), is_causal)
+        launch(query, key, value, out, lse, cu_seqlens_q=cum_seq_q, cu_seqlens_k=cu_k,
+               max_seqlen_q=int(max_q) if cum_seq_q is not None else 0,
+               max_seqlen_k=int(max_k) if cum_seq_q is not None else 0, kv_lens=kv_lens, block_table=block_table,
+               alibi_slopes=alibi_slopes, softmax_scale=0.0 if scale is None else float(scale), causal=bool(is_causal),
+               window_left=left, window_right=right)
+        _count(op)
+
+    def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                                return_debug_mask, *, scale=None, window_size_left=None, window_size_right=None,
+                                seqused_k=None, alibi_slopes=None, block_table=None, num_splits=None):
+        # num_splits only changes speed: the engine chooses its own split.
+        op = "_flash_attention_forward"
+        _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
+        out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
+        lse = flash_lse(query, cum_seq_q)
+        on_forward(query, key, value)
+        run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+        return (out, lse) + _rng_outputs(query) + (query.new_empty(0),)
+
+    def flash_attention_forward_no_dropout_inplace(out, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
+                                                   dropout_p, is_causal, return_debug_mask, *, scale=None,
+                                                   window_size_left=None, window_size_right=None, seqused_k=None,
+                                                   alibi_slopes=None, block_table=None, num_splits=None):
+        op = "_flash_attention_forward_no_dropout_inplace"
+        _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
+        lse = flash_lse(query, cum_seq_q)
+        on_forward(query, key, value)
+        run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+        return lse
+
+    def scaled_dot_product_flash_attention(query, key, value, dropout_p=0.0, is_causal=False,
+                                           return_debug_mask=False, *, scale=None):
+        # SDPA's layout is [batch, heads, seq, head_dim]; flashjit reads [batch, seq, heads, head_dim]
+        # views of the same memory, so nothing is copied.
+        op = "_scaled_dot_product_flash_attention"
+        _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dim() != 4:
+                raise FlashjitError("%s through flashjit: %s must be [batch, heads, seq, head_dim], got %d dims"
+                                    % (op, name, t.dim()))
+        out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
+        lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
+        on_forward(query, key, value)  # before the views: made below autograd, they never require grad
+        run_flash(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), out.transpose(1, 2), lse,
+                  None, None, 0, 0, is_causal, scale, None, None, None, None, None)
+        return (out, lse, None, None, query.shape[2], key.shape[2]) + _rng_outputs(query) + (query.new_empty(0),)
+
+    def refuse_backward(*args, **kwargs):
+        raise NotImplementedError(
+            "flashjit has no backward pass, and its SDPA flash backend (torch.nn.attention's \"FLASHJIT\") is or "
+            "was active: aten's flash backward is refused rather than run on outputs flashjit wrote. Run the "
+            "training step with torch.nn.attention.restore_flash_attention_impl() (before its forward), or run "
+            "flashjit forwards under torch.no_grad() / torch.inference_mode().")
+
+    forward = {"_scaled_dot_product_flash_attention": scaled_dot_product_flash_attention,
+               "_flash_attention_forward": flash_attention_forward,
+               "_flash_attention_forward_no_dropout_inplace": flash_attention_forward_no_dropout_inplace}
+    return forward, {name: refuse_backward for name in _BACKWARD_OPS}
+
+
+class Activation:
+    """One activation of the override: the forward library and the backward guard (both dropped by
+    remove(), the guard kept if autograd recorded a flashjit forward). torch's registry holds it."""
+
+    def __init__(self, device_type="cuda", launch=ops.launch):
+        self.device_type = device_type
+        self.forwards_under_autograd = 0
+        key = device_type.upper()
+        forward, backward = _kernels(device_type, launch, self._on_forward)
+        self.forward_library = Library("aten", "IMPL", key)
+        self.backward_guard = Library("aten", "IMPL", key)
+        for name in aten_ops(forward):
+            self.forward_library.impl(name, forward[name], key)
+        for name in aten_ops(backward):
+            self.backward_guard.impl(name, backward[name], key)
+
+    def _on_forward(self, query, key, value):
+        # Inside a backend kernel grad mode is still the caller's and requires_grad is visible, so
+        # this sees whether autograd recorded the call (a graph aten's backward could later walk).
+        if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+            self.forwards_under_autograd += 1
+
+    def remove(self):
+        if self.forward_library is not None:
+            self.forward_library._destroy()
+            self.forward_library = None
+        if self.backward_guard is None:
+            return
+        if self.forwards_under_autograd:
+            warnings.warn("flashjit: %d SDPA flash forward(s) ran while autograd recorded; aten's flash backward "
+                          "stays refused in this process so it never runs on flashjit's outputs"
+                          % self.forwards_under_autograd, stacklevel=3)
+            _lingering_backward_guards.append(self.backward_guard)
+        else:
+            self.backward_guard._destroy()
+        self.backward_guard = None
+
+
+def _register_fn():
+    return Activation()
+
+
+if not hasattr(torch.nn.attention, "register_flash_attention_impl"):
+    raise ImportError("flashjit.sdpa needs torch.nn.attention.register_flash_attention_impl, which PyTorch %s lacks "
+                      "(2.11 has it); flashjit's operator and FlashAttention API work without it" % torch.__version__)
+torch.nn.attention.register_flash_attention_impl(IMPL_NAME, register_fn=_register_fn)
