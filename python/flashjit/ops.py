@@ -124,14 +124,25 @@ def _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
 
 
-@torch.library.custom_op("flashjit::attention", mutates_args=(), device_types="cuda")
+_SCHEMA = ("attention(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+           "int max_seqlen_k, Tensor? kv_lens, Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, "
+           "float softmax_scale, bool causal, int window_left, int window_right, float softcap, bool return_lse, "
+           "bool check) -> (Tensor, Tensor)")
+
+# Defined with torch.library.Library rather than torch.library.custom_op: the same operator to
+# torch.compile, export and CUDA graphs, at about a third of custom_op's dispatch time per call.
+_LIBRARY = torch.library.Library("flashjit", "DEF")
+_LIBRARY.define(_SCHEMA)
+
+
 def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
               max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
               alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
               window_left: int, window_right: int, softcap: float, return_lse: bool,
               check: bool) -> Tuple[Tensor, Tensor]:
-    """Attention forward; see the module's docstring for layouts. softmax_scale 0: 1/sqrt(head_dim);
-    window -1: unbounded; softcap 0: none; check: read back and check the device metadata."""
+    """torch.ops.flashjit.attention's CUDA kernel: attention forward; see the module's docstring for
+    layouts. softmax_scale 0: 1/sqrt(head_dim); window -1: unbounded; softcap 0: none; check: read
+    back and check the device metadata."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     out = q.new_empty(out_shape)
@@ -142,12 +153,32 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
     return out, lse
 
 
-@attention.register_fake
+_LIBRARY.impl("attention", attention, "CUDA")
+
+
+@torch.library.register_fake("flashjit::attention", lib=_LIBRARY)
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
       softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+def direct_call_is_safe(tensors):
+    """True where calling `attention` directly gives what the operator would: CUDA tensors (the
+    first is the query), no
+    compiler, tracer, dispatch or function mode, functorch transform, or gradient to record.
+    Saves the dispatcher's few microseconds per call in eager code."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() or \
+            torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active():
+        return False
+    if not tensors[0].is_cuda:
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
+            return False
+    return True
 
 
 def _no_backward(ctx, grad_out, grad_lse):
@@ -161,4 +192,4 @@ def _setup_context(ctx, inputs, output):
     pass
 
 
-torch.library.register_autograd("flashjit::attention", _no_backward, setup_context=_setup_context)
+torch.library.register_autograd("flashjit::attention", _no_backward, setup_context=_setup_context, lib=_LIBRARY)

@@ -42,6 +42,42 @@ def test_the_binding_matches_the_library():
     assert os.path.basename(flashjit.library_path()) == "libflashjit.so"
 
 
+def test_args_v2_carry_every_option_to_the_library_layout():
+    """make_args_v2 packs the struct and the option structs it points at into one buffer: read
+    back through the ctypes layout, every field is what was given."""
+    q, o = torch.empty(2, 64, 8, 128)[:, :, :4], torch.empty(2, 64, 4, 96)
+    lse, cu, slopes, table = torch.empty(2, 4, 64), torch.zeros(3, dtype=torch.int32), torch.empty(2, 4), \
+        torch.zeros(2, 9, dtype=torch.int32)
+    a = _abi.make_args_v2(q, q, q, o, causal=True, lse=lse, scale=0.5, tf32=True, varlen=(cu, None, 5, 7),
+                          window=(3, 0), softcap=2.0, alibi_slopes=slopes, sinks=lse, kv_lens=cu, block_table=table,
+                          check=True)
+    assert (a.struct_size, a.abi_version, a.mask, a.fp32_math, a.flags) == (__import__("ctypes").sizeof(_abi.ArgsV2),
+                                                                          _abi.ABI_VERSION, 1, 1, _abi.CHECK_METADATA)
+    assert (a.q.data, list(a.q.shape), list(a.q.stride), a.q.dtype) == (q.data_ptr(), list(q.shape), list(q.stride()), 2)
+    assert (list(a.o.shape), list(a.o.stride)) == (list(o.shape), list(o.stride()))
+    assert (a.softmax_scale, a.softcap, a.sinks, a.kv_lens) == (0.5, 2.0, lse.data_ptr(), cu.data_ptr())
+    assert (a.lse.contents.data, list(a.lse.contents.shape), list(a.lse.contents.stride)) == \
+        (lse.data_ptr(), list(lse.shape), list(lse.stride()))
+    varlen = a.varlen.contents
+    assert (varlen.cu_seqlens_q, varlen.cu_seqlens_k, varlen.batch, varlen.max_seqlen_q, varlen.max_seqlen_k) == \
+        (cu.data_ptr(), None, 2, 5, 7)
+    assert (a.window.contents.left, a.window.contents.right) == (3, 0)
+    assert (a.alibi.contents.slopes, a.alibi.contents.batch_stride) == (slopes.data_ptr(), 4)
+    paged = a.paged.contents
+    assert (paged.block_table, paged.table_stride, paged.max_pages) == (table.data_ptr(), 9, 9)
+    bare = _abi.make_args_v2(q, q, q, o)
+    assert not any((bare.lse, bare.varlen, bare.window, bare.alibi, bare.paged, bare.sinks, bare.kv_lens, bare.flags))
+
+
+def test_eager_calls_skip_the_dispatcher_only_where_it_changes_nothing():
+    from flashjit import ops
+    cpu = torch.empty(1, 8, 1, 64)
+    assert not ops.direct_call_is_safe((cpu, cpu, cpu))  # the CPU tests' reference kernel must run
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(cpu)
+        assert not ops.direct_call_is_safe((fake, fake, fake))
+
+
 def test_nvrtc_found_in_nvidia_wheels(tmp_path, monkeypatch):
     lib_dir = tmp_path / "nvidia" / "cu13" / "lib"
     lib_dir.mkdir(parents=True)

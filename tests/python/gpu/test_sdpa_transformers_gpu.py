@@ -146,7 +146,9 @@ def left_padded(lengths, total):
 MODELS = [("LlamaConfig", "sdpa", {}), ("MistralConfig", "sdpa", {"sliding_window": 24}),
           ("Gemma2Config", "eager", {"head_dim": 16, "sliding_window": 24, "attn_logit_softcapping": 20.0,
                                      "query_pre_attn_scalar": 16}),
-          ("GptOssConfig", "eager", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+          # Every expert on every token: in bf16 a last-bit change of the router logits may swap a
+          # top-k expert, which moves that token's logits by far more than attention's error.
+          ("GptOssConfig", "eager", {"head_dim": 16, "num_local_experts": 2, "num_experts_per_tok": 2,
                                      "sliding_window": 24, "layer_types": ["sliding_attention", "full_attention"]})]
 
 
