@@ -5,7 +5,7 @@ Not FlashAttention: every name maps onto flashjit's FlashAttention-compatible AP
 nothing computes a different result silently, and no backward pass is faked (gradients through
 flashjit raise its own "no backward pass" error). Used only by bench/device_fa_tests.sh.
 """
-from .flash_attn_interface import (  # noqa: F401
+from .flash_attn_interface import (
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
@@ -15,4 +15,6 @@ from .flash_attn_interface import (  # noqa: F401
     flash_attn_with_kvcache,
 )
 
+__all__ = ["flash_attn_func", "flash_attn_kvpacked_func", "flash_attn_qkvpacked_func", "flash_attn_varlen_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_with_kvcache"]
 __version__ = "0.0.0+flashjit.fa_compat"
