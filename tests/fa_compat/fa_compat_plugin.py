@@ -154,7 +154,8 @@ def _tally():
     reasons = defaultdict(dict)
     for rec in _state["results"].values():
         row = per.setdefault(rec["function"], {c: 0 for c in _COLUMNS})
-        row[rec["outcome"]] = row.get(rec["outcome"], 0) + 1
+        outcome = rec["outcome"] or "skipped_budget"  # started, never finished (interrupted)
+        row[outcome] = row.get(outcome, 0) + 1
         if rec["outcome"] in ("failed_other", "unsupported", "failed_backward", "skipped"):
             # One row per kind of failure: the numbers in an assertion (max diffs) vary per case.
             key = (rec["function"], _NUMBER.sub("#", rec["reason"]))
@@ -165,11 +166,13 @@ def _tally():
 
 def _markdown(per, reasons, elapsed):
     lines = ["| test function | collected | selected | passed | failed (other) | unsupported (NotImplementedError) "
-             "| failed in backward | skipped | not run (budget) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| failed in backward | skipped | not run (budget or interrupt) |", "|---|---|---|---|---|---|---|---|---|"]
     total = defaultdict(int)
     names = list(_state["selected"]) or list(per)
     for name in names:
-        row = per.get(name, {c: 0 for c in _COLUMNS})
+        row = dict(per.get(name, {c: 0 for c in _COLUMNS}))
+        if elapsed is not None:  # cases never reported (an interrupted run) count as not run
+            row["skipped_budget"] += max(0, _state["selected"].get(name, 0) - sum(row.values()))
         cells = [_state["collected"].get(name, 0), _state["selected"].get(name, 0)] + [row[c] for c in _COLUMNS]
         for key, value in zip(("collected", "selected") + _COLUMNS, cells):
             total[key] += value
