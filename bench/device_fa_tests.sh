@@ -51,8 +51,9 @@
 #                       attention_chunk=0 pass; the switch also drops FA3's local=True windows (FA2's file
 #                       tests windows). FP8 needs q/k/v_descale, which flashjit lacks.
 #                       Other FLASH_ATTENTION_DISABLE_* (SPLIT, PAGEDKV, APPENDKV, ...) pass through.
-# Writes to $OUT (default /tmp/fa-tests-out): fa2_summary.md, fa3_summary.md (+ .json), fa{2,3}_junit.xml,
-# fa{2,3}.log, and with MODE=forward fa{2,3}_dropped.txt (what the forward-only copy left out).
+# Writes 8 files to $OUT (default /tmp/fa-tests-out), 4 a test file: fa{2,3}_summary.md (the tally),
+# fa{2,3}_summary.md.json (every case's outcome and reason), fa{2,3}_junit.xml, and fa{2,3}.log (with
+# MODE=forward, it starts with what the forward-only copy left out, by function and original line).
 set -u
 if [[ ${1:-} == --help || ${1:-} == -h ]]; then sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 0; fi
 here=$(cd "$(dirname "$0")" && pwd)
@@ -87,16 +88,18 @@ else
   [[ -f $FLASHJIT_LIB ]] || { echo "no $FLASHJIT_LIB: build flashjit first (or set FLASHJIT_LIB)"; exit 2; }
 fi
 [[ $MODE == forward || $MODE == asis ]] || { echo "MODE must be forward or asis"; exit 2; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 t0=$(date +%s)
 tmp=$(mktemp -d)
 
 prepare() {  # $1 tag, $2 test file -> prints the file pytest should run
   local tag=$1 src=$2
+  : > "$OUT/$tag.log"
   if [[ $MODE == asis ]]; then echo "$src"; return; fi
   mkdir -p "$tmp/$tag"
   cp "$(dirname "$src")"/*.py "$tmp/$tag/"  # FA3's padding.py and test_util.py travel with it
-  "$py" "$shim/forward_only.py" "$src" "$tmp/$tag/$(basename "$src")" "$OUT/${tag}_dropped.txt" >&2 || return 1
+  "$py" "$shim/forward_only.py" "$src" "$tmp/$tag/$(basename "$src")" "$tmp/$tag.dropped" >&2 || return 1
+  { echo "== forward-only copy of $src: dropped"; cat "$tmp/$tag.dropped"; echo; } >> "$OUT/$tag.log"
   echo "$tmp/$tag/$(basename "$src")"
 }
 
@@ -111,7 +114,7 @@ run_one() {  # $1 tag, $2 test file, $3 functions, $4 budget seconds
       timeout -s INT -k 30 $((budget + 45)) "$py" -m pytest -q -p fa_compat_plugin -p no:cacheprovider \
       --rootdir "$(dirname "$file")" -c /dev/null --junitxml "$OUT/${tag}_junit.xml" -o junit_family=xunit1 \
       --tb=line -rN "${collect[@]}" "${ids[@]}" ) \
-    > "$OUT/${tag}.log" 2>&1
+    >> "$OUT/${tag}.log" 2>&1
   echo "pytest exit $? (log: $OUT/${tag}.log)"
   [[ -f $OUT/${tag}_summary.md ]] && cat "$OUT/${tag}_summary.md"
 }
