@@ -3,7 +3,8 @@
 Environment:
   FA_COMPAT_STRIDE=N     keep every Nth parametrized case of each test function (default 1)
   FA_COMPAT_OFFSET=K     ... starting at case K (default 0), so runs with K = 0..N-1 cover all
-  FA_COMPAT_PER_FUNC=M   then keep at most M cases per function, evenly spaced (default: no cap)
+  FA_COMPAT_PER_FUNC=M   then keep at most M cases per function, evenly spaced (default: no cap);
+                         "M test_a=M2 ..." gives named functions their own cap
   FA_COMPAT_BUDGET_S=S   after S seconds of running, skip the cases not yet started (reason
                          "fa_compat: time budget spent"); cases run round-robin across the test
                          functions, so a cut run still samples each of them (default: no budget)
@@ -50,10 +51,22 @@ def _function(item):
     return getattr(item, "originalname", None) or item.name.split("[")[0]
 
 
-def _subsample(cases):
+def _per_func(name):
+    """FA_COMPAT_PER_FUNC: "M" or "M test_x=M2 ...": the cap, with overrides by function."""
+    cap = 0
+    for word in os.environ.get("FA_COMPAT_PER_FUNC", "").split():
+        key, _, value = word.rpartition("=")
+        if not key:
+            cap = int(value)
+        elif key == name:
+            return int(value)
+    return cap
+
+
+def _subsample(cases, name):
     stride = max(1, _env_int("FA_COMPAT_STRIDE", 1))
     offset = _env_int("FA_COMPAT_OFFSET", 0) % stride
-    per_func = _env_int("FA_COMPAT_PER_FUNC", 0)
+    per_func = _per_func(name)
     kept = cases[offset::stride]
     if per_func and len(kept) > per_func:
         kept = [kept[(i * len(kept)) // per_func] for i in range(per_func)]
@@ -69,7 +82,7 @@ def pytest_generate_tests(metafunc):
     name = metafunc.function.__name__
     if isinstance(calls, list) and calls:
         _state["collected"][name] = _state["collected"].get(name, 0) + len(calls)
-        metafunc._calls = _subsample(calls)
+        metafunc._calls = _subsample(calls, name)
         _state["pruned"].add(name)
     return result
 
@@ -84,7 +97,7 @@ def pytest_collection_modifyitems(session, config, items):
             kept = group  # subsampled while generated
         else:
             _state["collected"][name] = len(group)
-            kept = _subsample(group)
+            kept = _subsample(group, name)
         _state["selected"][name] = len(kept)
         kept_groups[name] = kept
     # Round-robin across functions, so a time budget cut leaves a sample of each.
