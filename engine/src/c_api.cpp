@@ -135,6 +135,7 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
     return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));
   if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
   out.check_metadata = (a.flags & FLASHJIT_CHECK_METADATA) != 0;
+  out.workspace = {a.workspace, a.workspace_bytes};
   return out;
 }
 
@@ -228,6 +229,20 @@ flashjit_status flashjit_forward_v2(flashjit_engine* engine, const flashjit_atte
 flashjit_status flashjit_precompile_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, const char* arch,
                                        char* name_out, uint64_t name_cap) {
   return precompile_any(engine, args, arch, name_out, name_cap);
+}
+
+flashjit_status flashjit_workspace_size_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, void* stream,
+                                           uint64_t* bytes_out) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    if (!bytes_out) return fail(FLASHJIT_INVALID_ARGUMENT, "bytes_out is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto bytes = engine->engine->workspace_size(a.value(), static_cast<CUstream>(stream));
+    if (!bytes.ok()) return fail(bytes.error());
+    *bytes_out = bytes.value();
+    return FLASHJIT_OK;
+  });
 }
 
 uint64_t flashjit_args_v2_size(void) { return sizeof(flashjit_attention_args_v2); }

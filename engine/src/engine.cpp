@@ -56,18 +56,28 @@ class Engine::Impl {
     auto problem = validate_problem(args);
     if (!problem.ok()) return std::move(problem).error();
     if (problem->empty) return {};
-    auto drv = DriverLibrary::get();
-    if (!drv.ok()) return std::move(drv).error();
-    CUcontext ctx = nullptr;
-    auto info = current_context(*drv.value(), stream, ctx);
-    if (!info.ok()) return std::move(info).error();
-    const CallContext call{*drv.value(), ctx, *info.value()};
-    if (args.check_metadata || *options_.check_metadata) FJ_TRY(check_device_metadata(call.drv, *problem, stream));
+    auto call = call_context(stream);
+    if (!call.ok()) return std::move(call).error();
+    if (args.check_metadata || *options_.check_metadata) FJ_TRY(check_device_metadata(call->drv, *problem, stream));
 
     // An explicit tiling comes from benchmarks and tuning tools.
-    auto plan = tiling ? planner_.with_tiling(call, *tiling, *problem) : planned(call, *problem, stream);
+    auto plan = tiling ? planner_.with_tiling(*call, *tiling, *problem) : planned(*call, *problem, stream);
     if (!plan.ok()) return std::move(plan).error();
-    return launch(call, **plan, *problem, stream);
+    return launch(*call, **plan, *problem, stream);
+  }
+
+  Result<std::uint64_t> workspace_size(const AttentionArgs& args, CUstream stream) {
+    auto problem = validate_problem(args);
+    if (!problem.ok()) return std::move(problem).error();
+    if (problem->empty) return std::uint64_t(0);
+    auto call = call_context(stream);
+    if (!call.ok()) return std::move(call).error();
+    auto plan = planned(*call, *problem, stream);
+    if (!plan.ok()) return std::move(plan).error();
+    WorkspaceMeter meter;
+    LaunchPlan launches;
+    FJ_TRY((*plan)->family->plan(*problem, (*plan)->variant, call->info, meter, launches));
+    return std::uint64_t(meter.bytes());
   }
 
   Result<TuneReport> tune(const TuneRequest& req) {
@@ -118,6 +128,16 @@ class Engine::Impl {
   }
 
  private:
+  // The driver, the calling thread's current context and its device, for a call on `stream`.
+  Result<CallContext> call_context(CUstream stream) {
+    auto drv = DriverLibrary::get();
+    if (!drv.ok()) return std::move(drv).error();
+    CUcontext ctx = nullptr;
+    auto info = current_context(*drv.value(), stream, ctx);
+    if (!info.ok()) return std::move(info).error();
+    return CallContext{*drv.value(), ctx, *info.value()};
+  }
+
   // The calling thread's current context (which `stream` must belong to) and its device.
   Result<const DeviceContextInfo*> current_context(const DriverLibrary& drv, CUstream stream, CUcontext& ctx) {
     FJ_CU(drv, cuCtxGetCurrent(&ctx));
@@ -140,9 +160,13 @@ class Engine::Impl {
     return planner_.get(call, *family, problem, stream);
   }
 
-  // One call's launches: the family's plan, with the stream's workspace, then the kernels.
+  // One call's launches: the family's plan, with the caller's workspace or else the stream's,
+  // then the kernels.
   Status launch(const CallContext& call, const Plan& plan, const AttentionProblem& problem, CUstream stream) {
-    StreamWorkspace workspace(workspaces_, call.ctx, stream);
+    const AttentionArgs::Workspace& given = problem.args->workspace;
+    StreamWorkspace pooled(workspaces_, call.ctx, stream);
+    CallerWorkspace callers(workspaces_.device(), reinterpret_cast<CUdeviceptr>(given.data), given.bytes, stream);
+    WorkspaceSource& workspace = given.data ? static_cast<WorkspaceSource&>(callers) : pooled;
     LaunchPlan launches;
     FJ_TRY(plan.family->plan(problem, plan.variant, call.info, workspace, launches));
     FJ_TRY(KernelLoader::launch(call.drv, plan.module, launches, stream));
@@ -171,6 +195,10 @@ Status Engine::forward(const AttentionArgs& args, CUstream stream) { return impl
 
 Status Engine::forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream) {
   return impl_->forward(args, stream, &tiling);
+}
+
+Result<std::uint64_t> Engine::workspace_size(const AttentionArgs& args, CUstream stream) {
+  return impl_->workspace_size(args, stream);
 }
 
 Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }

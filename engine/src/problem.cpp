@@ -98,6 +98,10 @@ Status check_paged(const AttentionArgs& a) {
 Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   AttentionProblem out;
   out.args = &a;
+  if (!a.workspace.data && a.workspace.bytes != 0)
+    return bad("workspace.bytes is " + std::to_string(a.workspace.bytes) + " but workspace.data is null");
+  if (reinterpret_cast<std::uintptr_t>(a.workspace.data) % kWorkspaceAlignment != 0)
+    return bad("workspace.data must be " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
   const DType dt = a.q.dtype;
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"k", &a.k}, {"v", &a.v}, {"o", &a.o}}) {
     if (view->dtype != dt)

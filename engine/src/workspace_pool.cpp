@@ -97,3 +97,15 @@ WorkspaceDevice driver_workspace_device() {
 }
 
 }  // namespace flashjit
+
+namespace flashjit {
+
+Result<CUdeviceptr> CallerWorkspace::get(std::size_t bytes, std::size_t zeroed) {
+  if (bytes > bytes_)
+    return Error(Code::invalid_argument, "workspace.bytes is " + std::to_string(bytes_) + " but this call needs " +
+                                             std::to_string(bytes) + " (ask workspace_size() for the size)");
+  if (zeroed) FJ_TRY(device_.zero_async(data_, zeroed, stream_));
+  return data_;
+}
+
+}  // namespace flashjit

@@ -50,6 +50,7 @@ class WorkspacePool {
 
   std::size_t buffers() const;
   std::size_t bytes_held() const;
+  const WorkspaceDevice& device() const { return device_; }
 
  private:
   struct Buffer {
@@ -74,6 +75,34 @@ class StreamWorkspace final : public WorkspaceSource {
   WorkspacePool& pool_;
   CUcontext ctx_;
   CUstream stream_;
+};
+
+// One call's workspace in memory the caller owns (AttentionArgs::workspace): used as given,
+// its zeroed prefix cleared on the stream each call (the caller's memory may hold anything).
+class CallerWorkspace final : public WorkspaceSource {
+ public:
+  CallerWorkspace(const WorkspaceDevice& device, CUdeviceptr data, std::size_t bytes, CUstream stream)
+      : device_(device), data_(data), bytes_(bytes), stream_(stream) {}
+  Result<CUdeviceptr> get(std::size_t bytes, std::size_t zeroed) override;
+
+ private:
+  const WorkspaceDevice& device_;
+  CUdeviceptr data_;
+  std::size_t bytes_;
+  CUstream stream_;
+};
+
+// Planning to learn the workspace a call needs: records the largest request, gives no memory.
+class WorkspaceMeter final : public WorkspaceSource {
+ public:
+  Result<CUdeviceptr> get(std::size_t bytes, std::size_t) override {
+    if (bytes > bytes_) bytes_ = bytes;
+    return CUdeviceptr(0);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace flashjit

@@ -10,7 +10,7 @@
     fj.forward(lib, q, k, v, o, causal=True, varlen=(cu_q, cu_k, max_q, max_k), window=(1024, 0))
 
 Calls go through flashjit_forward_v2 (ABI version 2; version 3 adds flags, for the checked
-mode). Against an older library (ABI 1) the v1 entry point is used, and only the options it has
+mode; version 4 a caller-owned workspace). Against an older library (ABI 1) the v1 entry point is used, and only the options it has
 are accepted. The pip package (flashjit) calls through this module too.
 """
 import ctypes
@@ -58,10 +58,11 @@ class ArgsV2(ctypes.Structure):
                 ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
                 ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
                 ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
-                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
 
@@ -86,6 +87,9 @@ def load(path=None):
     if lib.abi >= 2:
         lib.flashjit_forward_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(ArgsV2), ctypes.c_void_p]
         lib.flashjit_args_v2_size.restype = ctypes.c_uint64
+        if lib.abi >= 4:
+            lib.flashjit_workspace_size_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(ArgsV2), ctypes.c_void_p,
+                                                       ctypes.POINTER(ctypes.c_uint64)]
         if lib.flashjit_args_v2_size() < ctypes.sizeof(ArgsV2):
             raise FlashjitError("flashjit_attention_args_v2 is %d bytes in the library, %d here: update the library"
                                 % (lib.flashjit_args_v2_size(), ctypes.sizeof(ArgsV2)))
@@ -217,9 +221,17 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
         at_varlen if varlen is not None else 0, at_window if window is not None else 0,
         at_alibi if alibi_slopes is not None else 0, 0 if sinks is None else sinks.data_ptr(),
         0 if kv_lens is None else kv_lens.data_ptr(), at_paged if block_table is not None else 0,
-        CHECK_METADATA if check else 0, 0,
+        CHECK_METADATA if check else 0, 0, 0, 0,
         *lse_fields, *varlen_fields, *window_fields, *alibi_fields, *paged_fields)
     return ArgsV2.from_buffer(buf)
+
+
+def workspace_size(lib, args, stream=0):
+    """Bytes of workspace a call with these arguments takes (args.workspace / workspace_bytes)."""
+    size = ctypes.c_uint64()
+    if lib.flashjit_workspace_size_v2(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream), ctypes.byref(size)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+    return size.value
 
 
 def forward_args(lib, args, stream=0):

@@ -119,9 +119,22 @@ def _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
     device = q.device
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the engine runs on the calling thread's current context
-            _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
+            _run(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
     else:
-        _abi.forward_args(lib, args, torch.cuda.current_stream(device).cuda_stream)
+        _run(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
+
+
+def _run(lib, args, stream, device):
+    """One call on `stream`. While the stream is captured into a CUDA graph the workspace comes
+    from PyTorch's allocator (so from the graph's memory pool), not the engine's per-stream pool:
+    torch.cuda.graph, make_graphed_callables and torch.compile's CUDA graphs capture on streams
+    of their own, which eager calls never warmed up."""
+    if torch.cuda.is_current_stream_capturing():
+        size = _abi.workspace_size(lib, args, stream)
+        if size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            args.workspace, args.workspace_bytes = workspace.data_ptr(), size
+    _abi.forward_args(lib, args, stream)
 
 
 _SCHEMA = ("attention(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "

@@ -140,6 +140,12 @@ TEST_CASE("C ABI v2: the struct's size and version are checked, unknown trailing
   CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_UNSUPPORTED);
   CHECK(has(flashjit_last_error(), "does not know"));
 
+  // A caller built against ABI version 3's header: its struct ends before the workspace.
+  newer.future_field = 0;
+  newer.known.struct_size = offsetof(flashjit_attention_args_v2, workspace);
+  newer.known.abi_version = 3;
+  CHECK(flashjit_forward_v2(e, &newer.known, nullptr) == FLASHJIT_OK);
+
   // A caller built against ABI version 2's header: its struct ends before flags.
   newer.future_field = 0;
   newer.known.struct_size = offsetof(flashjit_attention_args_v2, flags);
@@ -283,5 +289,29 @@ TEST_CASE("C ABI v2: paged max_pages near 2^56 is refused, not wrapped into a co
   st = flashjit_precompile_v2(e, &p.a, "sm_80", name, sizeof name);
   CHECK(st == FLASHJIT_INVALID_ARGUMENT);
   CHECK(has(flashjit_last_error(), "paged.max_pages must be in [1, 4194304]"));
+  flashjit_engine_destroy(e);
+}
+
+TEST_CASE("C ABI v2 workspace: bytes need a pointer, the pointer an alignment; the size query checks its arguments") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  flashjit_attention_args_v2 a = args_v2();
+  a.workspace_bytes = 64;
+  CHECK(has(v2_error(e, a), "workspace.bytes is 64 but workspace.data is null"));
+  alignas(256) static unsigned char scratch[512];
+  a.workspace = scratch + 16;
+  CHECK(has(v2_error(e, a), "workspace.data must be 256-byte aligned"));
+
+  std::uint64_t bytes = 7;
+  CHECK(flashjit_workspace_size_v2(e, &a, nullptr, nullptr) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "bytes_out is null"));
+  CHECK(flashjit_workspace_size_v2(e, &a, nullptr, &bytes) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "workspace.data must be 256-byte aligned"));
+  CHECK(bytes == 7);  // nothing written on failure
+  a = args_v2();
+  a.q.shape[0] = a.k.shape[0] = a.v.shape[0] = a.o.shape[0] = 0;
+  CHECK(flashjit_workspace_size_v2(e, &a, nullptr, &bytes) == FLASHJIT_OK);  // zero-size: no GPU needed
+  CHECK(bytes == 0);
+  CHECK(flashjit_workspace_size_v2(nullptr, &a, nullptr, &bytes) == FLASHJIT_INVALID_ARGUMENT);
   flashjit_engine_destroy(e);
 }

@@ -111,3 +111,27 @@ TEST_CASE("a zeroed prefix is zeroed on the stream only when the bytes there may
   CHECK(pool.get(ctx(1), stream(1), 4096, 512).ok());
   CHECK(dev.zeroed.size() == 2);
 }
+
+TEST_CASE("a caller's workspace is used as given, its zeroed prefix cleared every call, and checked for size") {
+  FakeDevice fake;
+  const WorkspaceDevice device = fake.device();
+  CallerWorkspace given(device, 0x40000, 4096, stream(1));
+  CHECK(given.get(1024, 64).value() == 0x40000);
+  CHECK(given.get(4096, 64).value() == 0x40000);  // the caller's memory may hold anything: zeroed again
+  REQUIRE(fake.zeroed.size() == 2);
+  CHECK((fake.zeroed[1] == std::pair<CUdeviceptr, std::size_t>{0x40000, 64}));
+  CHECK(given.get(2048, 0).value() == 0x40000);
+  CHECK(fake.zeroed.size() == 2);  // nothing to zero
+  auto small = given.get(8192, 0);
+  REQUIRE_FALSE(small.ok());
+  CHECK(small.error().message().find("workspace.bytes is 4096 but this call needs 8192") != std::string::npos);
+  CHECK(fake.live.empty());  // never allocates
+}
+
+TEST_CASE("the workspace meter records the largest request and gives no memory") {
+  WorkspaceMeter meter;
+  CHECK(meter.bytes() == 0);
+  CHECK(meter.get(300, 16).value() == 0);
+  CHECK(meter.get(100, 0).value() == 0);
+  CHECK(meter.bytes() == 300);
+}

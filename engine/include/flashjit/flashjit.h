@@ -14,8 +14,9 @@ extern "C" {
 #endif
 
 /* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible).
- * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA). */
-#define FLASHJIT_ABI_VERSION 3
+ * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA).
+ * 4: flashjit_attention_args_v2 gains workspace and workspace_bytes; flashjit_workspace_size_v2. */
+#define FLASHJIT_ABI_VERSION 4
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -123,6 +124,12 @@ typedef struct flashjit_attention_args_v2 {
   const flashjit_paged_kv* paged; /* NULL: contiguous caches */
   uint32_t flags;                 /* FLASHJIT_CHECK_METADATA, or 0 (ABI version 3) */
   uint32_t reserved;              /* must be 0 */
+  /* ABI version 4. Device scratch memory the caller owns for this call (a framework's allocator,
+   * a CUDA graph's pool), used instead of the engine's per-stream pool, so that a call captured
+   * on a stream the engine has not seen allocates nothing. At least flashjit_workspace_size_v2()
+   * bytes, 256-byte aligned. NULL: the engine's pool. */
+  void* workspace;
+  uint64_t workspace_bytes;
 } flashjit_attention_args_v2;
 
 /* sizeof(flashjit_attention_args) as compiled into the library, for bindings to check. */
@@ -149,6 +156,11 @@ flashjit_status flashjit_precompile(flashjit_engine* engine, const flashjit_atte
 flashjit_status flashjit_forward_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args, void* stream);
 flashjit_status flashjit_precompile_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args,
                                        const char* arch, char* name_out, uint64_t name_cap);
+/* The workspace bytes flashjit_forward_v2 would take for `args` on `stream` (0 for most calls;
+ * split-KV decode takes some): what to give in args->workspace. Plans the call as forward would
+ * (compiling its kernel if not cached) and launches nothing. */
+flashjit_status flashjit_workspace_size_v2(flashjit_engine* engine, const flashjit_attention_args_v2* args,
+                                           void* stream, uint64_t* bytes_out);
 /* sizeof(flashjit_attention_args_v2) as compiled into the library. */
 uint64_t flashjit_args_v2_size(void);
 

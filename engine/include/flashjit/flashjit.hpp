@@ -79,6 +79,10 @@ struct PagedKv {
   std::int64_t max_pages = 0;                 // pages a sequence may use
 };
 
+// A caller's workspace starts at a multiple of this: the alignment cuMemAlloc gives, which the
+// families' workspace layouts (256-byte aligned parts) build on.
+constexpr std::uint64_t kWorkspaceAlignment = 256;
+
 struct AttentionArgs {
   TensorView q, k, v;
   TensorView o;                        // written; same dtype as q
@@ -97,6 +101,14 @@ struct AttentionArgs {
   // masks and windows align to each sequence's own length. Values past the cache are clamped.
   const std::int32_t* kv_lens = nullptr;
   std::optional<PagedKv> paged;        // K and V in page pools (with kv_lens)
+  // Device scratch memory the caller owns for this call (a framework's allocator, a CUDA graph's
+  // memory pool), used instead of the engine's per-stream pool: a call captured on a stream the
+  // engine has never seen then needs no allocation. At least workspace_size() bytes, aligned to
+  // kWorkspaceAlignment; the engine zeroes what must start zeroed, on the stream. Null: the pool.
+  struct Workspace {
+    void* data = nullptr;
+    std::uint64_t bytes = 0;
+  } workspace;
   // Checked mode for this call (or every call: EngineOptions::check_metadata, FLASHJIT_CHECK=1):
   // varlen prefix sums, kv_lens and block-table entries are read back and checked before the
   // launch, and a bad entry is an INVALID_ARGUMENT naming the array, the index and the rule.
@@ -205,6 +217,11 @@ class Engine {
   // forward() with an explicit tiling instead of the engine's choice (benchmarks, tuning): runs
   // the tiling's family (see parse_tiling), which must serve the problem.
   Status forward_with_tiling(const AttentionArgs& args, const Tiling& tiling, CUstream stream = nullptr);
+
+  // Bytes of workspace forward() would take for these arguments on `stream`'s GPU (0 for most
+  // calls; split-KV decode needs some): the size of a caller's AttentionArgs::workspace. Plans
+  // the call as forward() would (compiling the kernel if it is not cached), launches nothing.
+  Result<std::uint64_t> workspace_size(const AttentionArgs& args, CUstream stream = nullptr);
 
   // Tunes one bucket on the current context's GPU and stores the result (the offline tuner).
   Result<TuneReport> tune(const TuneRequest& request);
