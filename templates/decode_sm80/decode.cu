@@ -16,8 +16,6 @@
 
 namespace fj::dec {
 
-constexpr float kLog2e = 1.44269504089f;
-constexpr float kLn2 = 0.69314718056f;
 
 // The (token, query head) of each row a thread holds: rows g and g+8 of every 16-row tile.
 struct RowMap {
