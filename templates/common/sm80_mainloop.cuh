@@ -28,6 +28,11 @@ struct KvRing {
     Elem* k = base + (t % kStages) * kStageElems;
     return {k, k + kKeys * kStrideQK};
   }
+  // Keys [key0, ...) of tile t's slot: a warp's slice of the tile (decode_sm80).
+  FJ_DEVICE Slot slice(int t, int key0) const {
+    return {base + (t % kStages) * kStageElems + key0 * kStrideQK,
+            base + (t % kStages) * kStageElems + kKeys * kStrideQK + key0 * kStrideV};
+  }
 
   // Tiles 0 .. kStages-2 in flight; load(t) starts the copies of tile t.
   template <class Load>

@@ -11,59 +11,13 @@
 #include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
+#include "common/sm80_mainloop.cuh"
 #include "decode_sm80/config.cuh"
 #include "decode_sm80/params.cuh"
+#include "decode_sm80/rows.cuh"
 
 namespace fj::dec {
 
-
-// The (token, query head) of each row a thread holds: rows g and g+8 of every 16-row tile.
-struct RowMap {
-  int token[kRowTiles][2];
-  int head[kRowTiles][2];
-  bool valid[kRowTiles][2];
-};
-
-FJ_DEVICE RowMap map_rows(int row0, int rows_total, int group, int kv_head, int lane) {
-  RowMap m;
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
-      m.valid[mt][h] = row < rows_total;
-      m.token[mt][h] = row / group;
-      m.head[mt][h] = kv_head * group + row % group;
-    }
-  return m;
-}
-
-// Softcap and ALiBi as fa2_sm80 applies them, then the mask: each row by its own token's
-// bounds (causal, window, the sequence's end); rows past the CTA's real rows see nothing.
-FJ_DEVICE void scores(float (&s)[kRowTiles][kNTilesS][4], const RowMap& rm, const float (&slope)[kRowTiles][2],
-                      int col_base, const Sequence& seq, const FjAttentionParams& p, int right) {
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int lo, hi;
-      row_key_bounds<kCausal, kWindow>(rm.token[mt][h], seq, p.window_left, right, lo, hi);
-      if (!rm.valid[mt][h]) lo = 1, hi = 0;
-#pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = col_base + nt * 8 + e;
-          float& x = s[mt][nt][2 * h + e];
-          if constexpr (kSoftcap) {
-            const float t = x * p.softcap_scale;
-            x = p.softcap_log2 * (k16Bit || kTf32 ? tanh_fast(t) : tanhf(t));
-          }
-          if constexpr (kAlibi) x -= slope[mt][h] * float(abs(rm.token[mt][h] + seq.offset() - col));
-          if (col < lo || col > hi) x = neg_inf();
-        }
-    }
-}
 
 FJ_DEVICE void store_elem(Elem* dst, float x) {
   if constexpr (k16Bit) {
@@ -142,7 +96,7 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   const FjAttentionParams& p = dp.attn;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sKV = sQ + kLayout.q_elems;
+  const KvRing ring{sQ + kLayout.q_elems};
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x;
@@ -168,8 +122,9 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
 
   zero_columns<Elem, kRows, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
   for (int s = 0; s < kStages; ++s) {
-    zero_columns<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kThreads>(sKV + s * kStageElems, tid);
-    zero_columns<Elem, kTileKeys, kHeadDimV, kDV, kStrideV, kThreads>(sKV + s * kStageElems + kTileKeys * kStrideQK, tid);
+    zero_columns<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kThreads>(ring.base + s * kStageElems, tid);
+    zero_columns<Elem, kTileKeys, kHeadDimV, kDV, kStrideV, kThreads>(
+        ring.base + s * kStageElems + kTileKeys * kStrideQK, tid);
   }
   // The CTA's query rows: the group's heads for each token, gathered row by row.
   load_rows_async<Elem, kRows, kHeadDimQK, kStrideQK, kVec, kThreads>(
@@ -197,92 +152,63 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
     }
   };
   auto load_kv = [&](int t) {
-    Elem* sK = sKV + (t % kStages) * kStageElems;
+    const KvRing::Slot kv = ring.slot(t);
+    Elem* sK = kv.k;
     const int n0 = (my_first + t) * kTileKeys;
     const int valid = seq.len_k - n0;
     if constexpr (kPaged) {
       load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
                                                                                       k_pages, valid, tid);
       load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, pages_for_v<kSharedPages>(k_pages, v_pages), valid,
+          kv.v, p.v, p.v_stride, kv_head, pages_for_v<kSharedPages>(k_pages, v_pages), valid,
           tid);
     } else {
       load_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], valid, tid);
       load_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], valid, tid);
+          kv.v, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], valid, tid);
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) {
-      fetch_pages(s);
-      load_kv(s);
-    }
-    cp_async_commit();  // empty groups keep the wait count uniform
-  }
+  ring.prologue(n_tiles, [&](int s) {
+    fetch_pages(s);
+    load_kv(s);
+  });
   if (kStages - 1 < n_tiles) fetch_pages(kStages - 1);
 
   const RowMap rm = map_rows(row0, rows_total, group, kv_head, lane);
   float slope[kRowTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      slope[mt][h] = kAlibi && rm.valid[mt][h] ? p.alibi_slopes[b * p.alibi_batch_stride + rm.head[mt][h]] * p.alibi_unit
-                                               : 0.f;
+  alibi_slopes(slope, rm, p, b);
   const float score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
 
   float o[kRowTiles][kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTilesO; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+  zero_tile(o);
   Softmax sm;
   sm.init();
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kRowTiles][4];
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
+    ring.wait();
     if constexpr (kQInRegisters) {
-      if (t == 0) {
-#pragma unroll
-        for (int kk = 0; kk < kDQK / 16; ++kk)
-#pragma unroll
-          for (int mt = 0; mt < kRowTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, mt * 16, kk, lane);
-      }
+      if (t == 0) sm80::load_q_regs<Gemm>(qreg, sQ, 0, lane);
     }
-    if (t + kStages - 1 < n_tiles) {
-      load_kv(t + kStages - 1);
-      if (t + kStages < n_tiles) fetch_pages(t + kStages);  // used by the next iteration's copies
-    }
-    cp_async_commit();
+    ring.issue_ahead(t, n_tiles, [&](int ahead) {
+      load_kv(ahead);
+      if (ahead + 1 < n_tiles) fetch_pages(ahead + 1);  // used by the next iteration's copies
+    });
 
     // This warp's slice of the tile: keys [warp * kWarpKeys, (warp + 1) * kWarpKeys).
-    const Elem* sK = sKV + (t % kStages) * kStageElems + warp * kWarpKeys * kStrideQK;
-    const Elem* sV = sKV + (t % kStages) * kStageElems + kTileKeys * kStrideQK + warp * kWarpKeys * kStrideV;
-    float s[kRowTiles][kNTilesS][4];
-#pragma unroll
-    for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
-    if constexpr (k16Bit) Gemm::gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, 0, lane);
-    else Gemm::gemm_qk32(s, sQ, sK, 0, lane);
-    scores(s, rm, slope, (my_first + t) * kTileKeys + warp * kWarpKeys + 2 * (lane & 3), seq, p, right);
-    sm.update(s, o, score_scale);
-    if constexpr (k16Bit) Gemm::gemm_pv16(o, s, sV, lane);
-    else Gemm::gemm_pv32(o, s, sV, lane);
+    const KvRing::Slot kv = ring.slice(t, warp * kWarpKeys);
+    const Elem* sK = kv.k;
+    const Elem* sV = kv.v;
+    sm80::attend<Gemm, kNTilesS, k16Bit, kQInRegisters>(
+        o, sm, qreg, sQ, sK, sV, 0, lane, score_scale, [&](float (&s)[kRowTiles][kNTilesS][4]) {
+          scores(s, rm, slope, (my_first + t) * kTileKeys + warp * kWarpKeys + 2 * (lane & 3), seq, p, right);
+        });
   }
 
   // Merge the warps: each row's max (log2 units) and sum per warp, then the outputs rescaled to
   // the largest max and added. The stages are free once every warp is past its last tile.
-  cp_async_wait<0>();
-  __syncthreads();
+  ring.drain();
   float* m_buf = reinterpret_cast<float*>(smem_raw);  // [kWarps][kRows]
   float* l_buf = m_buf + kWarps * kRows;               // [kWarps][kRows]
   float* o_buf = l_buf + kWarps * kRows;               // [kWarps][kRows][kMergeStride]
