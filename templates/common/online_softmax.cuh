@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/row_total.cuh"  // the end of a row, for the softmax's users
 
 // Developer switch for A/B timing through FLASHJIT_NVRTC_OPTIONS (part of the cache key):
 // FJ_LAZY_RESCALE=1 moves the max only when a tile's max exceeds it by more than 2^8, which
@@ -115,38 +116,5 @@ struct OnlineSoftmax {
     }
   }
 };
-
-// The end of one row: the factor its output is multiplied by (1 / the softmax denominator; 0 for
-// a row whose denominator is empty) and its natural-log LSE (-inf when empty). `sum` is the
-// row's whole sum of exp2 relative to `row_max` (raw score units; -inf for a row that saw no key).
-// With sinks, exp(sink) joins the denominator: the output shrinks by the sink's share and the
-// LSE includes it.
-struct RowTotal {
-  float inv, lse;
-};
-template <bool kHasSinks>
-FJ_DEVICE RowTotal row_total(float sum, float row_max, float score_scale, float sink_log2) {
-  constexpr float kLn2 = 0.69314718056f;  // the LSE is reported in natural log
-  const float shift = row_max == neg_inf() ? neg_inf() : row_max * score_scale;
-  RowTotal r;
-  if constexpr (kHasSinks) {
-    // Against the larger of the row's max and the sink: neither term overflows.
-    const float top = fmaxf(shift, sink_log2);
-    const float a = exp2_approx(shift - top);  // 0 for a row that saw no key
-    const float total = top == neg_inf() ? 0.f : sum * a + exp2_approx(sink_log2 - top);
-    r.inv = total > 0.f ? a / total : 0.f;
-    r.lse = total > 0.f ? (top + log2f(total)) * kLn2 : neg_inf();
-  } else {
-    r.inv = sum > 0.f ? 1.f / sum : 0.f;  // rows that saw no key give zeros
-    r.lse = sum > 0.f ? (shift + log2f(sum)) * kLn2 : neg_inf();  // -inf: the log of an empty sum
-  }
-  return r;
-}
-
-// A head's sink logit in log2 units (0 without sinks: row_total ignores it then).
-FJ_DEVICE float sink_log2_of(const float* sinks, int head, bool has_sinks) {
-  constexpr float kLog2e = 1.44269504089f;
-  return has_sinks ? sinks[head] * kLog2e : 0.f;
-}
 
 }  // namespace fj

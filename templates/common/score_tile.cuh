@@ -61,8 +61,20 @@ struct TileEdges {
   }
 };
 
-// The score transforms, in FlashAttention's order: softcap (cap * tanh(scale * s / cap), which
-// leaves scores in log2 units), then ALiBi (-slope * |row + offset - col|, in the scores' units).
+// The score transforms of one score x at (row, col), in FlashAttention's order: softcap (cap *
+// tanh(scale * s / cap), which leaves scores in log2 units), then ALiBi (-slope * |row + offset
+// - col|, in the scores' units). The one definition every family applies.
+FJ_DEVICE void transform_score(float& x, int row, int col, int offset, const FjAttentionParams& p,
+                               float alibi_slope) {
+  if constexpr (cfg::kSoftcap) {
+    // fp32 keeps its 1e-5 error bound only with the accurate tanh.
+    const float t = x * p.softcap_scale;
+    x = p.softcap_log2 * (var::k16Bit || var::kTf32 ? tanh_fast(t) : tanhf(t));
+  }
+  if constexpr (cfg::kAlibi) x -= alibi_slope * float(abs(row + offset - col));
+}
+
+// transform_score over a tile whose rows share one ALiBi slope (one query head).
 template <int kMTiles, int kNTiles>
 FJ_DEVICE void transform_scores(float (&s)[kMTiles][kNTiles][4], int row_base, int col_base, int offset,
                                 const FjAttentionParams& p, float alibi_slope) {
@@ -74,15 +86,7 @@ FJ_DEVICE void transform_scores(float (&s)[kMTiles][kNTiles][4], int row_base, i
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[mt][nt][2 * h + e];
-          if constexpr (cfg::kSoftcap) {
-            // fp32 keeps its 1e-5 error bound only with the accurate tanh.
-            const float t = x * p.softcap_scale;
-            x = p.softcap_log2 * (var::k16Bit || var::kTf32 ? tanh_fast(t) : tanhf(t));
-          }
-          if constexpr (cfg::kAlibi) x -= alibi_slope * float(abs(row + offset - (col_base + nt * 8 + e)));
-        }
+        for (int e = 0; e < 2; ++e) transform_score(s[mt][nt][2 * h + e], row, col_base + nt * 8 + e, offset, p, alibi_slope);
       }
     }
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/tile_verbs.cuh"
 
 namespace fj::sm80 {
 
@@ -152,14 +153,7 @@ struct WarpGemm {
   static FJ_DEVICE void gemm_pv32(float (&o_out)[kMTiles][kNTilesO][4], const float (&p)[kMTiles][kNTilesS][4],
                            const Elem* sV_, int lane) {
     float o_tile[kTf32 ? 1 : kMTiles][kTf32 ? 1 : kNTilesO][4];
-    if constexpr (!kTf32) {
-  #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-  #pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt)
-  #pragma unroll
-          for (int i = 0; i < 4; ++i) o_tile[mt][nt][i] = 0.f;
-    }
+    if constexpr (!kTf32) zero_tile(o_tile);
     auto& o = *reinterpret_cast<float(*)[kMTiles][kNTilesO][4]>(kTf32 ? &o_out[0][0][0] : &o_tile[0][0][0]);
     const float* sV = reinterpret_cast<const float*>(sV_);
     const Frag f{lane};
@@ -191,14 +185,7 @@ struct WarpGemm {
         for (int mt = 0; mt < kMTiles; ++mt) mma_f32(o[mt][nt], pa[mt], b0, b1);
       }
     }
-    if constexpr (!kTf32) {
-  #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-  #pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt)
-  #pragma unroll
-          for (int i = 0; i < 4; ++i) o_out[mt][nt][i] += o_tile[mt][nt][i];
-    }
+    if constexpr (!kTf32) add_tile(o_out, o_tile);
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include "common/online_softmax.cuh"
 #include "common/ptx.cuh"
+#include "common/sm80_mainloop.cuh"
 #include "common/variant_types.cuh"
 #include "common/warp_gemm_sm80.cuh"
 #include "decode_sm80/layout.cuh"
@@ -35,6 +36,8 @@ constexpr int kNTilesO = kDV / 8;
 using sm80::Frag;
 using Gemm = sm80::WarpGemm<Elem, kDtype, kTf32, kRowTiles, kNTilesS, kNTilesO, kDQK, kStrideQK, kStrideV>;
 using Softmax = OnlineSoftmax<kRowTiles, kNTilesS, kNTilesO>;
+using KvRing = sm80::KvRing<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kHeadDimV, kDV, kStrideV, kStages, kThreads>;
+static_assert(KvRing::kStageElems == kStageElems, "the ring's stages are the layout's (host and device agree)");
 
 // Q fragments stay in registers across the key loop when they are cheap (at most 32 registers).
 constexpr bool kQInRegisters = k16Bit && kRowTiles * (kDQK / 16) * 4 <= 32;

@@ -10,132 +10,12 @@
 #include "common/attention_params.cuh"
 #include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
+#include "common/sm80_mainloop.cuh"
 #include "common/tile_io.cuh"
 #include "decode_sm80/config.cuh"
+#include "decode_sm80/merge.cuh"
 #include "decode_sm80/params.cuh"
-
-namespace fj::dec {
-
-constexpr float kLog2e = 1.44269504089f;
-constexpr float kLn2 = 0.69314718056f;
-
-// The (token, query head) of each row a thread holds: rows g and g+8 of every 16-row tile.
-struct RowMap {
-  int token[kRowTiles][2];
-  int head[kRowTiles][2];
-  bool valid[kRowTiles][2];
-};
-
-FJ_DEVICE RowMap map_rows(int row0, int rows_total, int group, int kv_head, int lane) {
-  RowMap m;
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + mt * 16 + h * 8 + (lane >> 2);
-      m.valid[mt][h] = row < rows_total;
-      m.token[mt][h] = row / group;
-      m.head[mt][h] = kv_head * group + row % group;
-    }
-  return m;
-}
-
-// Softcap and ALiBi as fa2_sm80 applies them, then the mask: each row by its own token's
-// bounds (causal, window, the sequence's end); rows past the CTA's real rows see nothing.
-FJ_DEVICE void scores(float (&s)[kRowTiles][kNTilesS][4], const RowMap& rm, const float (&slope)[kRowTiles][2],
-                      int col_base, const Sequence& seq, const FjAttentionParams& p, int right) {
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int lo, hi;
-      row_key_bounds<kCausal, kWindow>(rm.token[mt][h], seq, p.window_left, right, lo, hi);
-      if (!rm.valid[mt][h]) lo = 1, hi = 0;
-#pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = col_base + nt * 8 + e;
-          float& x = s[mt][nt][2 * h + e];
-          if constexpr (kSoftcap) {
-            const float t = x * p.softcap_scale;
-            x = p.softcap_log2 * (k16Bit || kTf32 ? tanh_fast(t) : tanhf(t));
-          }
-          if constexpr (kAlibi) x -= slope[mt][h] * float(abs(rm.token[mt][h] + seq.offset() - col));
-          if (col < lo || col > hi) x = neg_inf();
-        }
-    }
-}
-
-FJ_DEVICE void store_elem(Elem* dst, float x) {
-  if constexpr (k16Bit) {
-    const unsigned two = Gemm::pack16(x, 0.f);
-    *reinterpret_cast<unsigned short*>(dst) = static_cast<unsigned short>(two & 0xffffu);
-  } else {
-    *dst = x;
-  }
-}
-
-// Merges the splits of a row block's rows in split order (deterministic), with the whole CTA: it
-// is the kernel's tail (every other CTA is done), so its loads must not wait on each other. The
-// LSEs go to shared memory, each row's weights are computed once, then every thread sums its
-// output elements over the splits with independent loads. Reads bypass L1: other CTAs wrote them.
-FJ_DEVICE void merge_splits(const FjDecodeParams& dp, const Sequence& seq, int b, int kv_head, int row0, int rows,
-                            float* smem, int tid) {
-  const FjAttentionParams& p = dp.attn;
-  const int splits = dp.splits;
-  const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
-  auto at = [&](int r) {
-    const int row = row0 + r;
-    return ((long long)b * p.heads_q + kv_head * p.group + row % p.group) * p.seqlen_q + row / p.group;
-  };
-  float* weight = smem;  // [rows][splits]: each split's share of the row, sinks included
-  for (int i = tid; i < rows * splits; i += kThreads)
-    weight[i] = __ldcg(dp.partial_lse + (i % splits) * split_rows + at(i / splits));
-  __syncthreads();
-  if (tid < rows) {
-    float* w = weight + tid * splits;
-    const int row = row0 + tid, token = row / p.group, head = kv_head * p.group + row % p.group;
-    float top = neg_inf();
-    for (int s = 0; s < splits; ++s) top = fmaxf(top, w[s]);
-    const float sink = kSinks ? p.sinks[head] * kLog2e : neg_inf();
-    const float top2 = fmaxf(top, sink);
-    float den = kSinks ? exp2_approx(sink - top2) : 0.f;
-    for (int s = 0; s < splits; ++s) {
-      w[s] = w[s] == neg_inf() ? 0.f : exp2_approx(w[s] - top2);
-      den += w[s];
-    }
-    const float inv = den > 0.f ? 1.f / den : 0.f;
-    for (int s = 0; s < splits; ++s) w[s] *= inv;
-    if constexpr (kWriteLse)
-      p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] =
-          den > 0.f ? (top2 + log2f(den)) * kLn2 : neg_inf();
-  }
-  __syncthreads();
-  constexpr int kUnroll = 8;  // independent loads in flight per thread
-  for (int i = tid; i < rows * kHeadDimV; i += kThreads) {
-    const int r = i / kHeadDimV, d = i % kHeadDimV;
-    const float* w = weight + r * splits;
-    const float* src = dp.partial_o + at(r) * kHeadDimV + d;
-    const long long step = split_rows * kHeadDimV;
-    float acc = 0.f;
-    int s = 0;
-    for (; s + kUnroll <= splits; s += kUnroll) {
-      float x[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) x[u] = __ldcg(src + (s + u) * step);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) acc += w[s + u] * x[u];
-    }
-    for (; s < splits; ++s) acc += w[s] * __ldcg(src + s * step);
-    const int row = row0 + r;
-    Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + row / p.group) * p.o_stride[1] +
-                (kv_head * p.group + row % p.group) * p.o_stride[2] + d * p.o_stride[3];
-    store_elem(out, acc);
-  }
-}
-
-}  // namespace fj::dec
+#include "decode_sm80/rows.cuh"
 
 extern "C" __global__ void __launch_bounds__(fj::dec::kThreads)
 flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
@@ -144,7 +24,7 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   const FjAttentionParams& p = dp.attn;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sKV = sQ + kLayout.q_elems;
+  const KvRing ring{sQ + kLayout.q_elems};
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x;
@@ -170,8 +50,9 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
 
   zero_columns<Elem, kRows, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
   for (int s = 0; s < kStages; ++s) {
-    zero_columns<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kThreads>(sKV + s * kStageElems, tid);
-    zero_columns<Elem, kTileKeys, kHeadDimV, kDV, kStrideV, kThreads>(sKV + s * kStageElems + kTileKeys * kStrideQK, tid);
+    zero_columns<Elem, kTileKeys, kHeadDimQK, kDQK, kStrideQK, kThreads>(ring.base + s * kStageElems, tid);
+    zero_columns<Elem, kTileKeys, kHeadDimV, kDV, kStrideV, kThreads>(
+        ring.base + s * kStageElems + kTileKeys * kStrideQK, tid);
   }
   // The CTA's query rows: the group's heads for each token, gathered row by row.
   load_rows_async<Elem, kRows, kHeadDimQK, kStrideQK, kVec, kThreads>(
@@ -199,194 +80,68 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
     }
   };
   auto load_kv = [&](int t) {
-    Elem* sK = sKV + (t % kStages) * kStageElems;
+    const KvRing::Slot kv = ring.slot(t);
+    Elem* sK = kv.k;
     const int n0 = (my_first + t) * kTileKeys;
     const int valid = seq.len_k - n0;
     if constexpr (kPaged) {
       load_paged_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(sK, p.k, p.k_stride, kv_head,
                                                                                       k_pages, valid, tid);
       load_paged_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK, p.v, p.v_stride, kv_head, pages_for_v<kSharedPages>(k_pages, v_pages), valid,
+          kv.v, p.v, p.v_stride, kv_head, pages_for_v<kSharedPages>(k_pages, v_pages), valid,
           tid);
     } else {
       load_tile_async<Elem, kTileKeys, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], valid, tid);
       load_tile_async<Elem, kTileKeys, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kTileKeys * kStrideQK, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], valid, tid);
+          kv.v, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], valid, tid);
     }
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) {
-      fetch_pages(s);
-      load_kv(s);
-    }
-    cp_async_commit();  // empty groups keep the wait count uniform
-  }
+  ring.prologue(n_tiles, [&](int s) {
+    fetch_pages(s);
+    load_kv(s);
+  });
   if (kStages - 1 < n_tiles) fetch_pages(kStages - 1);
 
   const RowMap rm = map_rows(row0, rows_total, group, kv_head, lane);
   float slope[kRowTiles][2];
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      slope[mt][h] = kAlibi && rm.valid[mt][h] ? p.alibi_slopes[b * p.alibi_batch_stride + rm.head[mt][h]] * p.alibi_unit
-                                               : 0.f;
+  alibi_slopes(slope, rm, p, b);
   const float score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
 
   float o[kRowTiles][kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTilesO; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+  zero_tile(o);
   Softmax sm;
   sm.init();
   unsigned qreg[kQInRegisters ? kDQK / 16 : 1][kRowTiles][4];
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
+    ring.wait();
     if constexpr (kQInRegisters) {
-      if (t == 0) {
-#pragma unroll
-        for (int kk = 0; kk < kDQK / 16; ++kk)
-#pragma unroll
-          for (int mt = 0; mt < kRowTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, mt * 16, kk, lane);
-      }
+      if (t == 0) sm80::load_q_regs<Gemm>(qreg, sQ, 0, lane);
     }
-    if (t + kStages - 1 < n_tiles) {
-      load_kv(t + kStages - 1);
-      if (t + kStages < n_tiles) fetch_pages(t + kStages);  // used by the next iteration's copies
-    }
-    cp_async_commit();
+    ring.issue_ahead(t, n_tiles, [&](int ahead) {
+      load_kv(ahead);
+      if (ahead + 1 < n_tiles) fetch_pages(ahead + 1);  // used by the next iteration's copies
+    });
 
     // This warp's slice of the tile: keys [warp * kWarpKeys, (warp + 1) * kWarpKeys).
-    const Elem* sK = sKV + (t % kStages) * kStageElems + warp * kWarpKeys * kStrideQK;
-    const Elem* sV = sKV + (t % kStages) * kStageElems + kTileKeys * kStrideQK + warp * kWarpKeys * kStrideV;
-    float s[kRowTiles][kNTilesS][4];
-#pragma unroll
-    for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
-    if constexpr (k16Bit) Gemm::gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, 0, lane);
-    else Gemm::gemm_qk32(s, sQ, sK, 0, lane);
-    scores(s, rm, slope, (my_first + t) * kTileKeys + warp * kWarpKeys + 2 * (lane & 3), seq, p, right);
-    sm.update(s, o, score_scale);
-    if constexpr (k16Bit) Gemm::gemm_pv16(o, s, sV, lane);
-    else Gemm::gemm_pv32(o, s, sV, lane);
+    const KvRing::Slot kv = ring.slice(t, warp * kWarpKeys);
+    const Elem* sK = kv.k;
+    const Elem* sV = kv.v;
+    sm80::attend<Gemm, kNTilesS, k16Bit, kQInRegisters>(
+        o, sm, qreg, sQ, sK, sV, 0, lane, score_scale, [&](float (&s)[kRowTiles][kNTilesS][4]) {
+          scores(s, rm, slope, (my_first + t) * kTileKeys + warp * kWarpKeys + 2 * (lane & 3), seq, p, right);
+        });
   }
 
   // Merge the warps: each row's max (log2 units) and sum per warp, then the outputs rescaled to
   // the largest max and added. The stages are free once every warp is past its last tile.
-  cp_async_wait<0>();
-  __syncthreads();
-  float* m_buf = reinterpret_cast<float*>(smem_raw);  // [kWarps][kRows]
-  float* l_buf = m_buf + kWarps * kRows;               // [kWarps][kRows]
-  float* o_buf = l_buf + kWarps * kRows;               // [kWarps][kRows][kMergeStride]
-  const Frag f{lane};
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + h * 8 + f.g();
-      const float sum = quad_sum(sm.row_sum[mt][h]);
-      if (f.t() == 0) {
-        m_buf[warp * kRows + r] = sm.row_max[mt][h] == neg_inf() ? neg_inf() : sm.row_max[mt][h] * score_scale;
-        l_buf[warp * kRows + r] = sum;
-      }
-    }
-  __syncthreads();
-#pragma unroll
-  for (int mt = 0; mt < kRowTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = mt * 16 + h * 8 + f.g();
-      float top = neg_inf();
-      for (int w = 0; w < kWarps; ++w) top = fmaxf(top, m_buf[w * kRows + r]);
-      const float mine = m_buf[warp * kRows + r];
-      const float a = mine == neg_inf() ? 0.f : exp2_approx(mine - top);
-      float* dst = o_buf + (warp * kRows + r) * kMergeStride + 2 * f.t();
-#pragma unroll
-      for (int nt = 0; nt < kNTilesO; ++nt) {
-        dst[nt * 8] = o[mt][nt][2 * h] * a;
-        dst[nt * 8 + 1] = o[mt][nt][2 * h + 1] * a;
-      }
-    }
-  __syncthreads();
-  // Row totals into warp 0's slots, one thread per row.
-  if (tid < kRows) {
-    float top = neg_inf();
-    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, m_buf[w * kRows + tid]);
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float m = m_buf[w * kRows + tid];
-      if (m != neg_inf()) total += l_buf[w * kRows + tid] * exp2_approx(m - top);
-    }
-    m_buf[tid] = top;
-    l_buf[tid] = total;
-  }
-  for (int i = tid; i < kRows * kDV; i += kThreads) {
-    const int r = i / kDV, d = i % kDV;
-    float acc = 0.f;
-    for (int w = 0; w < kWarps; ++w) acc += o_buf[(w * kRows + r) * kMergeStride + d];
-    o_buf[r * kMergeStride + d] = acc;
-  }
-  __syncthreads();
-
+  ring.drain();
+  const MergedRows mg = merge_warps(o, sm, score_scale, smem_raw, tid, warp, lane);
   if (dp.splits == 1) {
-    // Final rows: normalize (with sinks, against the larger of the row's max and the sink).
-    for (int i = tid; i < rows * kHeadDimV; i += kThreads) {
-      const int r = i / kHeadDimV, d = i % kHeadDimV;
-      const int row = row0 + r, token = row / group, head = kv_head * group + row % group;
-      const float top = m_buf[r], total = l_buf[r];
-      float inv;
-      if constexpr (kSinks) {
-        const float sink = p.sinks[head] * kLog2e, top2 = fmaxf(top, sink);
-        const float a = top == neg_inf() ? 0.f : exp2_approx(top - top2);
-        const float den = total * a + exp2_approx(sink - top2);
-        inv = den > 0.f ? a / den : 0.f;
-      } else {
-        inv = total > 0.f ? 1.f / total : 0.f;
-      }
-      Elem* out = static_cast<Elem*>(p.o) + seq.batch * p.o_stride[0] + (seq.q_start + token) * p.o_stride[1] +
-                  head * p.o_stride[2] + d * p.o_stride[3];
-      store_elem(out, o_buf[r * kMergeStride + d] * inv);
-    }
-    if constexpr (kWriteLse) {
-      if (tid < rows) {
-        const int row = row0 + tid, token = row / group, head = kv_head * group + row % group;
-        const float top = m_buf[tid], total = l_buf[tid];
-        float lse;
-        if constexpr (kSinks) {
-          const float sink = p.sinks[head] * kLog2e, top2 = fmaxf(top, sink);
-          const float den = (top == neg_inf() ? 0.f : total * exp2_approx(top - top2)) + exp2_approx(sink - top2);
-          lse = (top2 + log2f(den)) * kLn2;
-        } else {
-          lse = total > 0.f ? (top + log2f(total)) * kLn2 : neg_inf();
-        }
-        p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + token) * p.lse_stride[2]] = lse;
-      }
-    }
+    store_rows(p, seq, mg, row0, rows, kv_head, tid);
   } else {
-    // This split's rows, normalized within the split, and their log-sum-exp (log2 units).
-    const long long split_rows = (long long)p.batch * p.heads_q * p.seqlen_q;
-    for (int i = tid; i < rows * kHeadDimV; i += kThreads) {
-      const int r = i / kHeadDimV, d = i % kHeadDimV;
-      const int row = row0 + r, token = row / group, head = kv_head * group + row % group;
-      const long long at = split * split_rows + ((long long)b * p.heads_q + head) * p.seqlen_q + token;
-      const float total = l_buf[r];
-      dp.partial_o[at * kHeadDimV + d] = total > 0.f ? o_buf[r * kMergeStride + d] / total : 0.f;
-    }
-    if (tid < rows) {
-      const int row = row0 + tid, token = row / group, head = kv_head * group + row % group;
-      const long long at = split * split_rows + ((long long)b * p.heads_q + head) * p.seqlen_q + token;
-      dp.partial_lse[at] = l_buf[tid] > 0.f ? m_buf[tid] + log2f(l_buf[tid]) : neg_inf();
-    }
+    store_partials(dp, mg, split, b, row0, rows, kv_head, tid);
     // The last split of this row block to finish merges all of them: no second launch.
     __shared__ unsigned ticket;
     __threadfence();  // this CTA's partials are visible before its ticket is taken

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/sm80_mainloop.cuh"
 #include "common/variant_types.cuh"
 #include "fa2_sm80/layout.cuh"
 
@@ -25,10 +26,11 @@ constexpr int kDV = kLayout.dv;
 constexpr int kStrideQK = kLayout.stride_qk;
 constexpr int kStrideV = kLayout.stride_v;
 constexpr int kStrideO = kLayout.stride_o;
-constexpr int kStageElems = kBlockN * (kStrideQK + kStrideV);
 
 constexpr int kNTilesS = kBlockN / 8;  // n8 tiles of the score tile
 constexpr int kNTilesO = kDV / 8;      // n8 tiles of the output tile
+
+using KvRing = sm80::KvRing<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kHeadDimV, kDV, kStrideV, kStages, kThreads>;
 
 // Q fragments stay in registers across the key loop when they are cheap (at most 16 registers
 // a thread); otherwise they are re-read from shared memory, which FA2 also does at large D.

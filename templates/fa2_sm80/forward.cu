@@ -7,6 +7,7 @@
 #include "common/paged_kv.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
+#include "common/tile_verbs.cuh"
 #include "fa2_sm80/gemm.cuh"
 #include "fa2_sm80/softmax.cuh"
 
@@ -44,9 +45,7 @@ FJ_DEVICE void write_output(const FjAttentionParams& p, float (&o)[kMTiles][kNTi
       }
       if constexpr (kWriteLse) {
         const int grow = m0 + row;
-        if (f.t() == 0 && grow < seq.len_q)
-          p.lse[seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (seq.q_start + grow) * p.lse_stride[2]] =
-              total.lse;
+        if (f.t() == 0 && grow < seq.len_q) store_lse(p, seq, head, grow, total.lse);
       }
     }
   }
@@ -65,7 +64,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   using namespace fj::fa2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Elem* sQ = reinterpret_cast<Elem*>(smem_raw);
-  Elem* sKV = sQ + kBlockM * kStrideQK;
+  const KvRing ring{sQ + kBlockM * kStrideQK};
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Causal: the last query blocks have the most keys; start them first.
@@ -87,15 +86,18 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   const Elem* gV = kPaged ? nullptr : elem_ptr(p.v, p.v_stride, seq.batch, seq.k_start, kv_head);
 
   zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
+  // The head dims' padding columns, which the mma steps read but no copy writes. (Inline: as a
+  // function it reorders the prologue's SASS.)
   for (int s = 0; s < kStages; ++s) {
-    zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads>(sKV + s * kStageElems, tid);
+    zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads>(ring.base + s * KvRing::kStageElems, tid);
     zero_columns<Elem, kBlockN, kHeadDimV, kDV, kStrideV, kThreads>(
-        sKV + s * kStageElems + kBlockN * kStrideQK, tid);
+        ring.base + s * KvRing::kStageElems + kBlockN * kStrideQK, tid);
   }
 
   // Tile t of this CTA's range: key tile first_tile + t, in ring slot t % kStages.
   auto load_kv = [&](int t) {
-    Elem* sK = sKV + (t % kStages) * kStageElems;
+    const KvRing::Slot kv = ring.slot(t);
+    Elem* sK = kv.k;
     const int n0 = (first_tile + t) * kBlockN;
     const int rows = seq.len_k - n0;
     if constexpr (kPaged) {
@@ -105,32 +107,23 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
       load_rows_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, [&](int r) { return paged_row<Elem>(p, p.k, p.k_stride, b, kv_head, n0 + r); }, p.k_stride[3], rows, tid);
       load_rows_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kBlockN * kStrideQK, [&](int r) { return paged_row<Elem>(p, p.v, p.v_stride, b, kv_head, n0 + r); },
+          kv.v, [&](int r) { return paged_row<Elem>(p, p.v, p.v_stride, b, kv_head, n0 + r); },
           p.v_stride[3], rows, tid);
     } else {
       load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
           sK, gK + n0 * p.k_stride[1], p.k_stride[1], p.k_stride[3], rows, tid);
       load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
-          sK + kBlockN * kStrideQK, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], rows, tid);
+          kv.v, gV + n0 * p.v_stride[1], p.v_stride[1], p.v_stride[3], rows, tid);
     }
   };
 
   load_tile_async<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(
       sQ, gQ, p.q_stride[1], p.q_stride[3], seq.len_q - m0, tid);
   cp_async_commit();
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_kv(s);
-    cp_async_commit();  // empty groups keep the wait count uniform
-  }
+  ring.prologue(n_tiles, load_kv);
 
   float o[kMTiles][kNTilesO][4];
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNTilesO; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[mt][nt][i] = 0.f;
+  zero_tile(o);
   SoftmaxState sm;
   sm.init();
 
@@ -143,40 +136,19 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   const TileEdges edges = TileEdges::of(seq, m0, m0 + kBlockM - 1, p.window_left, right);
 
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
+    ring.wait();
     if constexpr (kQInRegisters) {
-      if (t == 0) {
-#pragma unroll
-        for (int kk = 0; kk < kDQK / 16; ++kk)
-#pragma unroll
-          for (int mt = 0; mt < kMTiles; ++mt) Gemm::load_q_frag16(qreg[kk][mt], sQ, warp_row0 + mt * 16, kk, lane);
-      }
+      if (t == 0) sm80::load_q_regs<Gemm>(qreg, sQ, warp_row0, lane);
     }
-    if (t + kStages - 1 < n_tiles) load_kv(t + kStages - 1);
-    cp_async_commit();
-
-    const Elem* sK = sKV + (t % kStages) * kStageElems;
-    const Elem* sV = sK + kBlockN * kStrideQK;
-    float s[kMTiles][kNTilesS][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTilesS; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.f;
-
-    if constexpr (k16Bit) Gemm::gemm_qk16<kQInRegisters>(s, qreg, sQ, sK, warp_row0, lane);
-    else Gemm::gemm_qk32(s, sQ, sK, warp_row0, lane);
-
-    const int n0 = (first_tile + t) * kBlockN;
-    if constexpr (kSoftcap || kAlibi) transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
-    edges.mask(s, n0, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
-
-    sm.update(s, o, score_scale);
-
-    if constexpr (k16Bit) Gemm::gemm_pv16(o, s, sV, lane);
-    else Gemm::gemm_pv32(o, s, sV, lane);
+    ring.issue_ahead(t, n_tiles, load_kv);
+    const KvRing::Slot kv = ring.slot(t);
+    sm80::attend<Gemm, kNTilesS, k16Bit, kQInRegisters>(
+        o, sm, qreg, sQ, kv.k, kv.v, warp_row0, lane, score_scale, [&](float (&s)[kMTiles][kNTilesS][4]) {
+          const int n0 = (first_tile + t) * kBlockN;
+          if constexpr (kSoftcap || kAlibi)
+            transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
+          edges.mask(s, n0, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
+        });
   }
 
   write_output(p, o, sm, score_scale, sQ, seq, m0, warp_row0, head, tid, lane);

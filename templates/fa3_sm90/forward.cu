@@ -32,155 +32,18 @@
 #include "common/sequence.cuh"
 #include "common/sm90/async_copy.cuh"
 #include "common/sm90/wgmma.cuh"
+#include "common/tile_verbs.cuh"
 #include "fa3_sm90/config.cuh"
+#include "fa3_sm90/epilogue.cuh"
 #include "fa3_sm90/params.cuh"
+#include "fa3_sm90/pipeline.cuh"
+#include "fa3_sm90/producer.cuh"
+#include "fa3_sm90/rows.cuh"
 #include "fa3_sm90/tile_walk.cuh"
 
 namespace fj::fa3 {
 
 using namespace fj::sm90;
-
-using Softmax = OnlineSoftmax<1, kNTilesS, kNTilesO>;
-
-struct Barriers {
-  unsigned long long q_full, q_empty;
-  unsigned long long k_full[kStages], v_full[kStages];
-  unsigned long long k_empty[kStages], v_empty[kStages];
-};
-
-// One tensor's tile of keys [k0, k0 + kBlockN) (rows of the tensor) of one key/value head, atom by
-// atom. In a cluster each CTA loads its share of the keys (boxes of kBlockN / kCluster rows) into
-// every CTA's tile, and its barrier expects the whole tile: the others' shares land on it too.
-template <int kAtoms>
-FJ_DEVICE void load_tile(const FjTensorMap* map, unsigned char* dst, int k0, int kv_head, int batch,
-                         unsigned long long* bar) {
-  mbarrier_arrive_expect_tx(bar, unsigned(kAtoms * kBlockN * kAtomBytes));
-  if constexpr (kShareCtas == 1) {
-#pragma unroll
-    for (int b = 0; b < kCluster; ++b)
-#pragma unroll
-      for (int a = 0; a < kAtoms; ++a) {
-        const int r0 = b * (kBlockN / kCluster);
-        tma_load_4d(dst + (a * kBlockN + r0) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0 + r0, batch, bar);
-      }
-  } else {
-    const int r0 = int(cluster_ctarank()) * (kBlockN / kCluster);
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a)
-      tma_load_4d_multicast(dst + (a * kBlockN + r0) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, k0 + r0,
-                            batch, bar, kClusterMask);
-  }
-}
-
-// The same tile from a paged pool: box by box of kv_box_rows keys, each from the page the block
-// table names for it (entries clamped to the pools; keys past the table are masked, so their
-// entry is clamped to its last). Box rows are a multiple of 8, so every box starts on the
-// swizzle's 1024-byte repeat.
-template <int kAtoms>
-FJ_DEVICE void load_paged_tile(const FjTensorMap* map, unsigned char* dst, const FjAttentionParams& p,
-                               const int* table_row, int box_rows, int n0, int kv_head, unsigned long long* bar) {
-  mbarrier_arrive_expect_tx(bar, unsigned(kAtoms * kBlockN * kAtomBytes));
-  for (int r = 0; r < kBlockN; r += box_rows) {
-    const int key = n0 + r, entry = key / p.page_size;
-    const int page = min(max(table_row[min(entry, p.max_pages - 1)], 0), p.num_pages - 1);
-    const int slot = key - entry * p.page_size;
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a)
-      tma_load_4d(dst + (a * kBlockN + r) * kAtomBytes, map, a * fj_layout::kAtomElems, kv_head, slot, page, bar);
-  }
-}
-
-// Key tile [k0, k0 + kBlockN) of one tensor (K or V) from its contiguous or paged layout.
-template <int kAtoms>
-FJ_DEVICE void load_key_tile(const FjTensorMap* map, unsigned char* dst, const FjFa3Params& prm, const int* table_row,
-                             const TileWork& w, int k0, unsigned long long* bar) {
-  if constexpr (kPaged)
-    load_paged_tile<kAtoms>(map, dst, prm.attn, table_row, prm.kv_box_rows, k0, w.kv_head, bar);
-  else
-    load_tile<kAtoms>(map, dst, k0, w.kv_head, w.seq.batch, bar);
-}
-
-// K/V round r of a stage waits for the consumers' release of round r - 1; rounds count tiles
-// across the CTA's whole walk, so barriers' phases carry on from one work tile to the next.
-struct Ring {
-  int it = 0;  // K/V tiles this CTA has streamed before the current work tile
-  FJ_DEVICE int stage(int j) const { return (it + j) % kStages; }
-  FJ_DEVICE unsigned phase(int j) const { return unsigned((it + j) / kStages) & 1u; }
-  FJ_DEVICE bool refill(int j) const { return it + j >= kStages; }
-  FJ_DEVICE unsigned previous_phase(int j) const { return phase(j) ^ 1u; }
-};
-
-// The producer's one thread: per work tile K and V of every key tile, each stage refilled once
-// every consumer warp has released it, and Q once its buffer is free (after the first K tile,
-// so the next tile's keys stream while the consumers finish the last one). (A second thread for
-// V, so K never waits behind a V stage's later release, measured no faster and made ptxas spill
-// at D = 256.)
-FJ_DEVICE void produce(const FjFa3Params& prm, unsigned char* smem, Barriers& bars, const TileWalk& walk) {
-  const FjAttentionParams& p = prm.attn;
-  prefetch_tensor_map(&prm.q_map);
-  prefetch_tensor_map(&prm.k_map);
-  prefetch_tensor_map(&prm.v_map);
-  Ring ring;
-  int q_round = 0;
-  for (int k = 0, t = walk.tile(0); t < walk.total(); t = walk.tile(++k)) {
-    const TileWork w = walk.work(t);
-    if (!w.has_keys()) continue;
-    const int* table_row = kPaged ? p.block_table + w.b * p.table_stride : nullptr;
-    for (int j = 0; j < w.n_tiles; ++j) {
-      const int stage = ring.stage(j);
-      const int k0 = w.seq.k_start + (w.first_tile + j) * kBlockN;
-      unsigned char* k_dst = smem + kLayout.k_offset + stage * kLayout.k_bytes;
-      unsigned char* v_dst = smem + kLayout.v_offset + stage * kLayout.v_bytes;
-      if (ring.refill(j)) mbarrier_wait(&bars.k_empty[stage], ring.previous_phase(j));
-      load_key_tile<kLayout.atoms_qk>(&prm.k_map, k_dst, prm, table_row, w, k0, &bars.k_full[stage]);
-      if (j == 0) {
-        if (q_round > 0) mbarrier_wait(&bars.q_empty, unsigned(q_round - 1) & 1u);
-        mbarrier_arrive_expect_tx(&bars.q_full, unsigned(kLayout.q_bytes));
-        for (int c = 0; c < kConsumers; ++c)
-          for (int a = 0; a < kLayout.atoms_qk; ++a)
-            tma_load_4d(smem + kLayout.q_offset + (c * kLayout.atoms_qk + a) * kRowsPerWg * kAtomBytes, &prm.q_map,
-                        a * fj_layout::kAtomElems, w.head, w.seq.q_start + w.m0 + c * kRowsPerWg, w.seq.batch,
-                        &bars.q_full);
-      }
-      if (ring.refill(j)) mbarrier_wait(&bars.v_empty[stage], ring.previous_phase(j));
-      load_key_tile<kLayout.atoms_v>(&prm.v_map, v_dst, prm, table_row, w, k0, &bars.v_full[stage]);
-    }
-    ring.it += w.n_tiles;
-    ++q_round;
-  }
-  // In a cluster the other CTAs' consumers release this CTA's stages: it must not exit before
-  // their last arrivals (a stage's next round would be the first after the walk).
-  if constexpr (kShareCtas > 1) {
-    for (int j = 0; j < kStages; ++j) {
-      if (!ring.refill(j)) continue;
-      mbarrier_wait(&bars.k_empty[ring.stage(j)], ring.previous_phase(j));
-      mbarrier_wait(&bars.v_empty[ring.stage(j)], ring.previous_phase(j));
-    }
-  }
-}
-
-// A consumer warp is done reading a buffer: its first lane tells the producer.
-FJ_DEVICE void release(unsigned long long* bar, int lane) {
-  __syncwarp();
-  if (lane == 0) mbarrier_arrive(bar);
-}
-
-// The same for a K/V stage, which every producer of the cluster writes into: lane i > 0 tells
-// the producer of CTA rank + i.
-FJ_DEVICE void release_stage(unsigned long long* bar, int lane) {
-  release(bar, lane);
-  if constexpr (kShareCtas > 1) {
-    if (lane > 0 && lane < kShareCtas) mbarrier_arrive_cluster(bar, (cluster_ctarank() + unsigned(lane)) % kShareCtas);
-  }
-}
-
-FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); }
-
-// A wgmma accumulator as the m16n8 C-layout tiles the softmax and the score transforms index.
-template <int kRegs>
-FJ_DEVICE float (&c_tiles(float (&acc)[kRegs]))[1][kRegs / 4][4] {
-  return *reinterpret_cast<float(*)[1][kRegs / 4][4]>(acc);
-}
 
 // S = Q.K^T over the head dim: Q and K read K-major from their swizzled tiles; every 4 steps of
 // 16 elements (32 bytes) the next 128-byte atom. Each step's descriptors are the tiles' first
@@ -208,6 +71,23 @@ FJ_DEVICE void issue_pv(float (&o)[kDV / 2], const unsigned (&pa)[kStepsPV][4], 
     Wgmma<kDV>::template rs<kBf16, 1>(o, pa[kk], advance_descriptor(dv0, unsigned(kk * kWgmmaK * kAtomBytes)), 1);
 }
 
+// One wgmma group each: issued, then committed, so gemm_wait can count them.
+FJ_DEVICE void qk_async(float (&s)[kBlockN / 2], const unsigned char* q_tile, const unsigned char* k_tile) {
+  issue_qk(s, q_tile, k_tile);
+  wgmma_commit();
+}
+FJ_DEVICE void pv_async(float (&o)[kDV / 2], const unsigned (&pa)[kStepsPV][4], const unsigned char* v_tile) {
+  issue_pv(o, pa, v_tile);
+  wgmma_commit();
+}
+
+// At most kPending wgmma groups still run; acc (written by the retired ones) may be read.
+template <int kPending, int kRegs>
+FJ_DEVICE void gemm_wait(float (&acc)[kRegs]) {
+  wgmma_wait<kPending>();
+  fence_registers(acc);
+}
+
 // The consumers' turns at the tensor cores, round robin (one consumer: nothing to order), over
 // every work tile of the CTA. Consumer c waits on named barrier kTurnBarrier + c, which the
 // consumer before it completes by passing; the last one's first pass is made before its first
@@ -229,23 +109,6 @@ struct Turns {
   }
 };
 
-// One consumer's view of its 64 rows: where they sit, which keys they see, and the score
-// transforms' per-row constants.
-struct ConsumerRows {
-  const FjAttentionParams* p;
-  Sequence seq;
-  int row0;  // this thread's row g (of g and g + 8) of its warp's 16, in sequence rows
-  int col0;  // this thread's first column of every n8 tile
-  int right;
-  TileEdges edges;
-  float alibi_slope, score_scale;
-
-  // Scores of keys [n0, n0 + kBlockN) transformed and masked, ready for the softmax.
-  FJ_DEVICE void prepare(float (&s)[kBlockN / 2], int n0) const {
-    if constexpr (kSoftcap || kAlibi) transform_scores(c_tiles(s), row0, n0 + col0, seq.offset(), *p, alibi_slope);
-    edges.mask(c_tiles(s), n0, row0, n0 + col0, seq, p->window_left, right);
-  }
-};
 
 // P as wgmma's register A operand: per 16 keys, the m16n8k16 A fragment of this warp's rows
 // (n8 tiles 2kk and 2kk + 1 of the S accumulator).
@@ -285,20 +148,19 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
                        int q_round, bool last, int first_tile, int n_tiles, int lane, float (&o)[kDV / 2],
                        Softmax& sm) {
   const unsigned char* q_tile = smem + kLayout.q_offset + turns.c * kLayout.atoms_qk * kRowsPerWg * kAtomBytes;
+  const KvStages kv{smem, bars, lane};
   mbarrier_wait(&bars.q_full, unsigned(q_round) & 1u);
   unsigned pa[kStepsPV][4];  // P of the previous tile, wgmma's register A operand
   {
     const int stage = ring.stage(0);
     float s[kBlockN / 2];
     turns.take();
-    mbarrier_wait(&bars.k_full[stage], ring.phase(0));
+    kv.wait_k(stage, ring.phase(0));
     wgmma_fence();
-    issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.k_bytes);
-    wgmma_commit();
+    qk_async(s, q_tile, kv.k_tile(stage));
     turns.pass(false);
-    wgmma_wait<0>();
-    fence_registers(s);
-    release_stage(&bars.k_empty[stage], lane);
+    gemm_wait<0>(s);
+    kv.release_k(stage);
     rows.prepare(s, first_tile * kBlockN);
     float alpha[1][2];
     sm.probabilities(c_tiles(s), rows.score_scale, alpha);  // O is 0: no rescale
@@ -308,17 +170,14 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     const int stage = ring.stage(j), prev = ring.stage(j - 1);
     float s[kBlockN / 2];
     turns.take();
-    mbarrier_wait(&bars.k_full[stage], ring.phase(j));
-    mbarrier_wait(&bars.v_full[prev], ring.phase(j - 1));
+    kv.wait_k(stage, ring.phase(j));
+    kv.wait_v(prev, ring.phase(j - 1));
     wgmma_fence();
-    issue_qk(s, q_tile, smem + kLayout.k_offset + stage * kLayout.k_bytes);
-    wgmma_commit();
-    issue_pv(o, pa, smem + kLayout.v_offset + prev * kLayout.v_bytes);
-    wgmma_commit();
+    qk_async(s, q_tile, kv.k_tile(stage));
+    pv_async(o, pa, kv.v_tile(prev));
     turns.pass(false);
-    wgmma_wait<1>();
-    fence_registers(s);
-    release_stage(&bars.k_empty[stage], lane);
+    gemm_wait<1>(s);  // S_j; P_{j-1}.V_{j-1} may still run
+    kv.release_k(stage);
     rows.prepare(s, (first_tile + j) * kBlockN);
     float alpha[1][2];
     const bool any_rescale = sm.probabilities(c_tiles(s), rows.score_scale, alpha);
@@ -328,7 +187,7 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     else
       wgmma_wait<0>();
     fence_registers(o);
-    release_stage(&bars.v_empty[prev], lane);
+    kv.release_v(prev);
     sm.rescale(c_tiles(o), alpha, any_rescale);
     pack_probabilities(s, pa);
   }
@@ -336,93 +195,24 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     // Every Q.K^T of the tile has retired: the producer may bring the next tile's Q.
     release(&bars.q_empty, lane);
     const int stage = ring.stage(n_tiles - 1);
-    unsigned char* v_tile = smem + kLayout.v_offset + stage * kLayout.v_bytes;
+    unsigned char* v_tile = kv.v_tile(stage);
     if constexpr (kKeysEndInsideTensor) {
       const int valid_rows = rows.seq.len_k - (first_tile + n_tiles - 1) * kBlockN;
       if (turns.c == 0 && valid_rows < kBlockN) {
-        mbarrier_wait(&bars.v_full[stage], ring.phase(n_tiles - 1));
+        kv.wait_v(stage, ring.phase(n_tiles - 1));
         zero_v_tail(v_tile, valid_rows);
       }
     }
     turns.take();
-    mbarrier_wait(&bars.v_full[stage], ring.phase(n_tiles - 1));
+    kv.wait_v(stage, ring.phase(n_tiles - 1));
     wgmma_fence();
-    issue_pv(o, pa, v_tile);
-    wgmma_commit();
+    pv_async(o, pa, v_tile);
     turns.pass(last);
-    wgmma_wait<0>();
-    fence_registers(o);
-    release_stage(&bars.v_empty[stage], lane);
+    gemm_wait<0>(o);
+    kv.release_v(stage);
   }
 }
 
-// Rows g and g + 8 of this thread: normalized output (the head dim's columns, pairs per thread)
-// and the LSE from each quad's first thread.
-FJ_DEVICE void store_rows(const FjAttentionParams& p, const ConsumerRows& rows, const float (&o)[kDV / 2],
-                          const Softmax& sm, int head, int lane) {
-  const float sink_log2 = sink_log2_of(p.sinks, head, kSinks);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = rows.row0 + h * 8;
-    const RowTotal total = row_total<kSinks>(quad_sum(sm.row_sum[0][h]), sm.row_max[0][h], rows.score_scale, sink_log2);
-    if (row >= rows.seq.len_q) continue;
-    unsigned short* out = static_cast<unsigned short*>(p.o) + rows.seq.batch * p.o_stride[0] +
-                          (rows.seq.q_start + row) * p.o_stride[1] + head * p.o_stride[2];
-#pragma unroll
-    for (int nt = 0; nt < kHeadDimV / 8; ++nt) {
-      const int col = nt * 8 + 2 * (lane % 4);
-      *reinterpret_cast<unsigned*>(out + col) = pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv);
-    }
-    if constexpr (kWriteLse) {
-      if (lane % 4 == 0)
-        p.lse[rows.seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (rows.seq.q_start + row) * p.lse_stride[2]] =
-            total.lse;
-    }
-  }
-}
-
-// This consumer's 64 rows through its shared-memory output tile and one TMA store per 64-column
-// atom, laid out as TMA's 128-byte swizzle expects (16-byte chunk k of row r at k ^ (r % 8)): a
-// warp's stores then fall on 32 different banks. The LSE goes from registers as in store_rows.
-// The tile is rewritten only once the previous tile's store has read it.
-FJ_DEVICE void store_tile(const FjFa3Params& prm, const ConsumerRows& rows, const float (&o)[kDV / 2],
-                          const Softmax& sm, int head, int wg_row0, int c, int warp, int lane, unsigned char* smem) {
-  const FjAttentionParams& p = prm.attn;
-  unsigned char* tile = smem + kLayout.o_offset + c * kLayout.atoms_v * kRowsPerWg * kAtomBytes;
-  const bool elected = warp == 0 && lane == 0;
-  if (elected) bulk_wait_group_read<0>();
-  named_barrier_sync(kEpilogueBarrier + c, kWgThreads);
-  const float sink_log2 = sink_log2_of(p.sinks, head, kSinks);
-  // The lane read again here, opaquely: otherwise the compiler hoists the tile's swizzled
-  // addresses (two per 8 columns) out of the tile walk, and they stay live through the main loop.
-  const int lane_now = lane_id();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + lane_now / 4 + h * 8;  // the row within the consumer's 64
-    const RowTotal total = row_total<kSinks>(quad_sum(sm.row_sum[0][h]), sm.row_max[0][h], rows.score_scale, sink_log2);
-#pragma unroll
-    for (int nt = 0; nt < kHeadDimV / 8; ++nt) {
-      const int col = nt * 8 + 2 * (lane_now % 4), within = col % fj_layout::kAtomElems;
-      const int chunk = (within * 2 / 16) ^ (r % 8);
-      unsigned char* at = tile + (col / fj_layout::kAtomElems) * kRowsPerWg * kAtomBytes + r * kAtomBytes + chunk * 16 +
-                          within * 2 % 16;
-      *reinterpret_cast<unsigned*>(at) = pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv);
-    }
-    const int row = rows.row0 + h * 8;
-    if (kWriteLse && lane % 4 == 0 && row < rows.seq.len_q)
-      p.lse[rows.seq.batch * p.lse_stride[0] + head * p.lse_stride[1] + (rows.seq.q_start + row) * p.lse_stride[2]] =
-          total.lse;
-  }
-  fence_async_shared();  // the generic proxy's writes, before the copy engine reads them
-  named_barrier_sync(kEpilogueBarrier + c, kWgThreads);
-  if (elected) {
-#pragma unroll
-    for (int a = 0; a < kLayout.atoms_v; ++a)
-      tma_store_4d(&prm.o_map, tile + a * kRowsPerWg * kAtomBytes, a * fj_layout::kAtomElems, head,
-                   rows.seq.q_start + wg_row0, rows.seq.batch);
-    bulk_commit_group();
-  }
-}
 
 }  // namespace fj::fa3
 
@@ -484,8 +274,7 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
     rows.score_scale = kScoresInLog2 ? 1.f : p.scale_log2;
 
     float o[kDV / 2];
-#pragma unroll
-    for (int i = 0; i < kDV / 2; ++i) o[i] = 0.f;
+    zero_tile(o);
     Softmax sm;
     sm.init();
     if (w.n_tiles > 0) {
