@@ -25,8 +25,8 @@ def _window(window_size, causal):
     left, right = (-1, -1) if window_size is None else window_size
     left = -1 if left is None else int(left)
     right = -1 if right is None else int(right)
-    if causal and right < 0:
-        right = 0  # causal ends each row at its diagonal
+    if causal:
+        right = 0  # as FlashAttention: causal ends each row at its diagonal, whatever window_size says
     return left, right
 
 

@@ -241,3 +241,12 @@ def test_precompile_for_a_named_arch_without_a_gpu():
 def test_precompile_refuses_an_unknown_arch_by_name():
     with pytest.raises(FlashjitError, match="arch must look like sm_80"):
         flashjit.precompile(meta(1, 8, 4, 64), meta(1, 8, 4, 64), meta(1, 8, 4, 64), arch="sm_7x")
+
+
+@pytest.mark.parametrize("window, causal, want", [((-1, -1), False, (-1, -1)), ((-1, -1), True, (-1, 0)),
+                                                  ((4, 77), True, (4, 0)), ((4, 77), False, (4, 77)),
+                                                  (None, True, (-1, 0)), ((8, None), False, (8, -1))])
+def test_causal_ends_each_row_at_its_diagonal_whatever_the_window(window, causal, want):
+    """FlashAttention's rule (its own tests pass causal=True with a random right window)."""
+    from flashjit import interface
+    assert interface._window(window, causal) == want
