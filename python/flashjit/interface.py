@@ -5,8 +5,8 @@
 Argument names and meanings are FlashAttention-2's (softmax_scale, causal, window_size, softcap,
 alibi_slopes, return_attn_probs / return_softmax_lse, cu_seqlens, max_seqlen, seqused_k,
 block_table, cache_seqlens, k/v appended into the cache), with FlashAttention-3's seqused_k.
-What flashjit cannot do raises NotImplementedError naming the argument (dropout, rotary
-embeddings, cache_batch_idx, cache_leftpad, seqused_q); speed-only arguments (deterministic,
+What flashjit cannot do raises NotImplementedError naming the argument (dropout, cache_leftpad,
+seqused_q); speed-only arguments (deterministic,
 num_splits) are accepted and left to the engine (the forward is deterministic).
 """
 from typing import Optional, Tuple, Union
@@ -14,7 +14,8 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import ops  # registers torch.ops.flashjit
+from . import ops, rotary  # ops registers torch.ops.flashjit
+from ._abi import FlashjitError
 
 
 def _unsupported(name, why):
@@ -108,6 +109,32 @@ def _append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table):
         v_cache[pages, pos % page_size] = v
 
 
+# The largest page the engine takes (its kMaxPageSize).
+_MAX_PAGE = 256
+
+
+def _rows_as_pages(k_cache, v_cache, cache_batch_idx, block_table):
+    """cache_batch_idx without copying a cache: each cache row [capacity, heads, dim] seen as
+    capacity / page pages of a page pool, and a block table naming the rows' pages in order."""
+    if block_table is not None:
+        raise ValueError("cache_batch_idx indexes contiguous caches: with block_table, index the table instead")
+    if cache_batch_idx.dtype != torch.int32 or cache_batch_idx.device != k_cache.device or cache_batch_idx.dim() != 1:
+        raise FlashjitError("cache_batch_idx must be a 1-d int32 tensor on the caches' device, got %s %s on %s"
+                            % (list(cache_batch_idx.shape), cache_batch_idx.dtype, cache_batch_idx.device))
+    rows, capacity = k_cache.shape[0], k_cache.shape[1]
+    page = next(p for p in range(min(capacity, _MAX_PAGE), 0, -1) if capacity % p == 0)
+    pools = []
+    for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if cache.stride(0) != capacity * cache.stride(1):
+            raise FlashjitError("%s with cache_batch_idx needs its rows back to back (stride(0) == shape[1] * "
+                                "stride(1)), got strides %s" % (name, list(cache.stride())))
+        pools.append(cache.view(rows * (capacity // page), page, cache.shape[2], cache.shape[3]))
+    pages_per_row = capacity // page
+    table = (cache_batch_idx[:, None] * pages_per_row +
+             torch.arange(pages_per_row, dtype=torch.int32, device=k_cache.device)[None, :])
+    return pools[0], pools[1], table
+
+
 def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor] = None,
                             v: Optional[Tensor] = None, rotary_cos: Optional[Tensor] = None,
                             rotary_sin: Optional[Tensor] = None, cache_seqlens: Optional[Union[int, Tensor]] = None,
@@ -120,11 +147,10 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Opti
     """Attention of q [batch, seqlen_q, heads_q, head_dim] against KV caches [batch, capacity,
     heads_kv, head_dim] (or page pools with block_table), each sequence using cache_seqlens[b] keys.
     k and v ([batch, new, heads_kv, head_dim]), when given, are first written into the caches at
-    cache_seqlens[b] onward and attended to as well. num_splits is the engine's to choose."""
-    if rotary_cos is not None or rotary_sin is not None:
-        _unsupported("rotary_cos/rotary_sin", "rotary embeddings are not applied by flashjit: rotate q and k first")
-    if cache_batch_idx is not None:
-        _unsupported("cache_batch_idx", "not supported yet: index the caches (or the block table) first")
+    cache_seqlens[b] onward and attended to as well. rotary_cos / rotary_sin ([positions,
+    rotary_dim / 2]) rotate k at its cache positions and q at its own (causal or local) or at the
+    cache's end, before the append. cache_batch_idx (int32 [batch]) picks each sequence's cache row
+    without copying (the rows are read as pages). num_splits is the engine's to choose."""
     if cache_leftpad is not None:
         _unsupported("cache_leftpad", "per-sequence key starts are not supported yet")
     if (k is None) != (v is None):
@@ -136,6 +162,20 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Opti
                                    device=q.device)
     elif isinstance(cache_seqlens, int):
         cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    if rotary_cos is not None or rotary_sin is not None:
+        if k is None:
+            raise ValueError("rotary_cos/rotary_sin rotate the new keys k: give k and v with them")
+        capacity = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+        rotary.check_tables(rotary_cos, rotary_sin, q.shape[-1], capacity, q.device)
+        start = cache_seqlens.to(torch.long)[:, None]
+        # Queries sit at their own positions under a causal or local mask, else all at the cache's end.
+        q_steps = torch.arange(q.shape[1], device=q.device)[None, :] if causal or window_size != (-1, -1) else \
+            torch.zeros(1, q.shape[1], dtype=torch.long, device=q.device)
+        q = rotary.rotate(q, rotary_cos, rotary_sin, start + q_steps, rotary_interleaved)
+        k = rotary.rotate(k, rotary_cos, rotary_sin, start + torch.arange(k.shape[1], device=k.device)[None, :],
+                          rotary_interleaved)
+    if cache_batch_idx is not None:
+        k_cache, v_cache, block_table = _rows_as_pages(k_cache, v_cache, cache_batch_idx, block_table)
     kv_lens = cache_seqlens
     if k is not None:
         _append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table)

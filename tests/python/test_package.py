@@ -145,8 +145,6 @@ def test_bad_arguments_name_the_argument_and_rule(mode, case, needle):
                                               dropout_p=0.5), "dropout_p"),
     (lambda q: flashjit.flash_attn_varlen_func(q[0], q[0], q[0], fake(3, dtype=torch.int32), fake(3, dtype=torch.int32), 4, 4,
                                               seqused_q=fake(2, dtype=torch.int32)), "seqused_q"),
-    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, rotary_cos=fake(8, 32), rotary_sin=fake(8, 32)), "rotary_cos"),
-    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, cache_batch_idx=fake(2, dtype=torch.int32)), "cache_batch_idx"),
     (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, cache_leftpad=fake(2, dtype=torch.int32)), "cache_leftpad"),
 ])
 def test_what_flashjit_cannot_do_raises_naming_the_argument(mode, call, name):

@@ -269,3 +269,28 @@ def test_eager_calls_skip_the_dispatcher_only_where_it_changes_nothing():
     with torch.no_grad():
         assert ops.direct_call_is_safe((q.requires_grad_(), q, q))
     assert not ops.direct_call_is_safe((q, q, q))  # a gradient to record: through the operator
+
+
+def test_kvcache_rotary_and_cache_batch_idx(reference):
+    """Rotary on the appended keys and the queries, caches picked by cache_batch_idx (read as pages)."""
+    torch.manual_seed(7)
+    rows, capacity, hq, hkv, d, new = 5, 1024, 16, 2, 128, 2
+    k_cache, v_cache = randn(rows, capacity, hkv, d), randn(rows, capacity, hkv, d)
+    idx = torch.tensor([4, 1, 2], dtype=torch.int32, device="cuda")
+    lens = torch.tensor([1000, 3, 511], dtype=torch.int32, device="cuda")
+    q, k, v = randn(3, new, hq, d), randn(3, new, hkv, d), randn(3, new, hkv, d)
+    inv = 10000.0 ** (-torch.arange(32, device="cuda", dtype=torch.float32) / 32)
+    theta = torch.arange(capacity, device="cuda", dtype=torch.float32)[:, None] * inv[None, :]
+    kc, vc = k_cache.clone(), v_cache.clone()
+    out = flash_attn_with_kvcache(q, kc, vc, k, v, theta.cos(), theta.sin(), cache_seqlens=lens, cache_batch_idx=idx,
+                                  causal=True, rotary_interleaved=False)
+    from flashjit import rotary
+    slots = lens.long()[:, None] + torch.arange(new, device="cuda")[None, :]
+    k_rot = rotary.rotate(k, theta.cos(), theta.sin(), slots, False)
+    for b, row in enumerate(idx.tolist()):
+        k_cache[row, slots[b]] = k_rot[b]
+        v_cache[row, slots[b]] = v[b]
+    assert torch.equal(kc, k_cache) and torch.equal(vc, v_cache)
+    q_rot = rotary.rotate(q, theta.cos(), theta.sin(), slots, False)
+    want = reference64(reference, q_rot, k_cache[idx.long()], v_cache[idx.long()], kv_lens=lens + new, causal=True)[0]
+    check_close(out, want)
