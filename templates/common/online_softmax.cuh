@@ -15,15 +15,14 @@
 #ifndef FJ_LAZY_RESCALE
 #define FJ_LAZY_RESCALE 0
 #endif
-// Developer switch: FJ_RESCALE_PER_ROW=1 multiplies only the O rows whose max moved (a branch
-// per thread and row) instead of all of a warp's O when any of its rows moved.
-#ifndef FJ_RESCALE_PER_ROW
-#define FJ_RESCALE_PER_ROW 0
-#endif
-
 namespace fj {
 
-template <int kMTiles, int kNTilesS, int kNTilesO>
+// kVotePerHalf: rescale() votes once per row half (a thread's rows g and g+8 of each 16-row
+// tile: 8 rows of a warp each) and multiplies only the halves where some row's max moved,
+// instead of all of the warp's O when any of its 16 rows moved. On random scores a row's max
+// moves on about 1/j of its j-th tile, so 8-row halves skip more often; the extra votes cost
+// where O is small (decode_sm80: -0.8% at B = 1, 32K keys on the H200; bench/NOTES.md entry 24).
+template <int kMTiles, int kNTilesS, int kNTilesO, bool kVotePerHalf = false>
 struct OnlineSoftmax {
   float row_max[kMTiles][2];  // running max of raw scores (unscaled)
   float row_sum[kMTiles][2];  // this thread's partial sum of exp; quads reduce it at the end
@@ -91,15 +90,15 @@ struct OnlineSoftmax {
     return __any_sync(0xffffffffu, any_rescale);
   }
 
-  // update()'s second half. Warp-uniform: skips the multiply over all of O unless some row of
-  // the warp moved its max.
+  // update()'s second half. Warp-uniform: skips the multiply over all of O (or, kVotePerHalf, a
+  // row half of it) unless some row of the warp (of the half) moved its max.
   FJ_DEVICE void rescale(float (&o)[kMTiles][kNTilesO][4], const float (&alpha)[kMTiles][2], bool any_rescale) {
-    if (FJ_RESCALE_PER_ROW) {
+    if constexpr (kVotePerHalf) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          if (alpha[mt][h] != 1.f) {
+          if (__any_sync(0xffffffffu, alpha[mt][h] != 1.f)) {  // warp-uniform: a branch, not predicates
 #pragma unroll
             for (int nt = 0; nt < kNTilesO; ++nt) {
               o[mt][nt][2 * h] *= alpha[mt][h];

@@ -63,11 +63,20 @@ static_assert(kCtasPerSm * kWgThreads * (kProducerRegs + kConsumers * kConsumerR
 constexpr bool kKeysEndInsideTensor = kVarlen || kKvLens || kPaged;
 
 // Whether a consumer's softmax runs under its own P.V_{j-1} (the intra-warpgroup overlap) with
-// the wait held back past it (sm90::wgmma_wait_after): measured +2-3% at D = 128, but with
-// three consumers (whose turns already hide each softmax) -1-5% at D = 64, and above D = 128
-// O's registers leave no room for P and the softmax's temporaries at once (ptxas spilled 28
-// bytes at D = 256, N = 80).
-constexpr bool kSoftmaxUnderPV = kConsumers <= 2 && kDV <= 128;
+// the wait held back past it (sm90::wgmma_wait_after): measured +2-3% at D = 128 and, once the
+// max moved on every increase put an O rescale on each tile, +3.8% at D = 256 (every cell of
+// the H200 grid, bench/NOTES.md entry 24; ptxas holds it in 240 registers without spilling);
+// but with three consumers (whose turns already hide each softmax) -1-5% at D = 64.
+// Developer switch FJ_SOFTMAX_UNDER_PV=0/1 overrides the rule for A/B timing.
+#ifdef FJ_SOFTMAX_UNDER_PV
+constexpr bool kSoftmaxUnderPV = FJ_SOFTMAX_UNDER_PV;
+#else
+constexpr bool kSoftmaxUnderPV = kConsumers <= 2;
+#endif
+// Whether the O rescale votes per 8-row half instead of per warp (OnlineSoftmax::kVotePerHalf):
+// above D = 128, where O is largest, +1.6% on top of the overlap above (H200, D = 256 grid);
+// at D = 128 0.993, within noise of none (entry 24).
+constexpr bool kRescaleVotePerHalf = kDV > 128;
 
 // Named barriers 1..kConsumers (0 is __syncthreads): consumer c waits on kTurnBarrier + c for
 // its turn, which the consumer before it completes: two warpgroups per barrier.

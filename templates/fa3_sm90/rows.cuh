@@ -12,7 +12,7 @@
 
 namespace fj::fa3 {
 
-using Softmax = OnlineSoftmax<1, kNTilesS, kNTilesO>;
+using Softmax = OnlineSoftmax<1, kNTilesS, kNTilesO, kRescaleVotePerHalf>;
 
 FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); }
 
