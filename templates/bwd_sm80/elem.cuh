@@ -48,9 +48,10 @@ FJ_DEVICE T* row_at(T* base, const long long (&st)[4], int b, int s, int h) {
   return base + b * st[0] + s * st[1] + h * st[2];
 }
 
-// The sum of x over the 32 lanes of a warp, in every lane.
+constexpr int kWarpLanes = 32;  // threads of a warp: preprocess strides a row's head dim by it
+
+// The sum of x over the lanes of a warp, in every lane.
 FJ_DEVICE float warp_sum(float x) {
-  constexpr int kWarpLanes = 32;
 #pragma unroll
   for (int d = kWarpLanes / 2; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
   return x;

@@ -28,7 +28,7 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
     if (row < seq.len_q) {
       const Elem* o = row_at(static_cast<const Elem*>(f.o), f.o_stride, seq.batch, seq.q_start + row, head);
       const Elem* d = row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + row, head);
-      for (int c = lane; c < kHeadDimV; c += 32)
+      for (int c = lane; c < kHeadDimV; c += kWarpLanes)
         acc += to_float(o[c * f.o_stride[3]]) * to_float(d[c * p.dout_stride[3]]);
     }
     acc = warp_sum(acc);
