@@ -9,6 +9,7 @@ What flashjit cannot do raises NotImplementedError naming the argument (dropout,
 seqused_q); speed-only arguments (deterministic,
 num_splits) are accepted and left to the engine (the forward is deterministic).
 """
+import functools
 from typing import Optional, Tuple, Union
 
 import torch
@@ -113,6 +114,13 @@ def _append_to_cache(k_cache, v_cache, k, v, cache_seqlens, block_table):
 _MAX_PAGE = 256
 
 
+@functools.lru_cache(maxsize=None)
+def _page_for(capacity):
+    """The largest page size up to the engine's that divides a cache row (once per capacity: the
+    search runs up to 256 steps, and decode calls this every step)."""
+    return next(p for p in range(min(capacity, _MAX_PAGE), 0, -1) if capacity % p == 0)
+
+
 def _rows_as_pages(k_cache, v_cache, cache_batch_idx, block_table):
     """cache_batch_idx without copying a cache: each cache row [capacity, heads, dim] seen as
     capacity / page pages of a page pool, and a block table naming the rows' pages in order."""
@@ -122,7 +130,7 @@ def _rows_as_pages(k_cache, v_cache, cache_batch_idx, block_table):
         raise FlashjitError("cache_batch_idx must be a 1-d int32 tensor on the caches' device, got %s %s on %s"
                             % (list(cache_batch_idx.shape), cache_batch_idx.dtype, cache_batch_idx.device))
     rows, capacity = k_cache.shape[0], k_cache.shape[1]
-    page = next(p for p in range(min(capacity, _MAX_PAGE), 0, -1) if capacity % p == 0)
+    page = _page_for(capacity)
     pools = []
     for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
         if cache.stride(0) != capacity * cache.stride(1):
