@@ -1,6 +1,8 @@
 // The C ABI over the C++ API: converts structs, catches everything, keeps a thread-local message.
 #include "flashjit/flashjit.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -45,21 +47,25 @@ flashjit_status fail(flashjit_status s, std::string msg) {
   return s;
 }
 
+// One tensor view; returns an error for a dtype the C++ enum cannot hold.
+flashjit::Status convert_tensor(const flashjit_tensor& src, const char* name, flashjit::TensorView& dst) {
+  using namespace flashjit;
+  if (src.dtype < 0 || src.dtype > 2)
+    return Error(Code::invalid_argument, std::string(name) + ".dtype must be FLASHJIT_F16, FLASHJIT_BF16 or FLASHJIT_F32, got " + std::to_string(src.dtype));
+  if (src.reserved != 0) return Error(Code::invalid_argument, std::string(name) + ".reserved must be 0");
+  dst.data = src.data;
+  dst.dtype = static_cast<DType>(src.dtype);
+  for (int i = 0; i < 4; ++i) dst.shape[i] = src.shape[i], dst.stride[i] = src.stride[i];
+  return {};
+}
+
 // The fields v1 and v2 share; returns an error for values the C++ enums cannot hold.
 flashjit::Status convert_common(const flashjit_tensor* const (&tensors)[4], const flashjit_lse* lse, int32_t mask,
                                 int32_t fp32_math, float softmax_scale, flashjit::AttentionArgs& out) {
   using namespace flashjit;
   TensorView* dst[4] = {&out.q, &out.k, &out.v, &out.o};
   const char* names[4] = {"q", "k", "v", "o"};
-  for (int t = 0; t < 4; ++t) {
-    const flashjit_tensor* src = tensors[t];
-    if (src->dtype < 0 || src->dtype > 2)
-      return Error(Code::invalid_argument, std::string(names[t]) + ".dtype must be FLASHJIT_F16, FLASHJIT_BF16 or FLASHJIT_F32, got " + std::to_string(src->dtype));
-    if (src->reserved != 0) return Error(Code::invalid_argument, std::string(names[t]) + ".reserved must be 0");
-    dst[t]->data = src->data;
-    dst[t]->dtype = static_cast<DType>(src->dtype);
-    for (int i = 0; i < 4; ++i) dst[t]->shape[i] = src->shape[i], dst[t]->stride[i] = src->stride[i];
-  }
+  for (int t = 0; t < 4; ++t) FJ_TRY(convert_tensor(*tensors[t], names[t], *dst[t]));
   if (lse) {
     LseView l;
     l.data = lse->data;
@@ -87,32 +93,42 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args*
 
 // The first published v2 struct ends at `paged`: a caller's struct_size is at least that.
 constexpr std::size_t kArgsV2MinSize = offsetof(flashjit_attention_args_v2, paged) + sizeof(const void*);
+// The backward's struct was published whole, in ABI version 5.
+constexpr std::size_t kBackwardV1MinSize = sizeof(flashjit_backward_args_v1);
+constexpr std::uint32_t kBackwardAbi = 5;
 
-// Reads a caller's v2 struct of any size: fields this library does not know must be zero
-// (a newer caller asking for something this library cannot do is refused, not ignored).
-flashjit::Result<flashjit_attention_args_v2> read_v2(const flashjit_attention_args_v2* a) {
+// Reads a caller's size-prefixed struct of any size: fields this library does not know must be
+// zero (a newer caller asking for something this library cannot do is refused, not ignored).
+// `older` says what callers of older ABI versions use instead.
+template <class T>
+flashjit::Result<T> read_sized(const T* a, std::size_t min_size, std::uint32_t min_abi, const char* what,
+                               const char* older) {
   using namespace flashjit;
   if (!a) return Error(Code::invalid_argument, "args is null");
   const std::size_t size = a->struct_size;
-  if (size < kArgsV2MinSize)
+  if (size < min_size)
     return Error(Code::invalid_argument, "args.struct_size is " + std::to_string(size) + " but must be at least " +
-                                             std::to_string(kArgsV2MinSize) + " (sizeof(flashjit_attention_args_v2))");
-  if (a->abi_version < 2)
-    return Error(Code::invalid_argument, "args.abi_version must be 2 or newer for flashjit_attention_args_v2, got " +
-                                             std::to_string(a->abi_version) + " (v1 callers use flashjit_forward)");
+                                             std::to_string(min_size) + " (sizeof(" + what + "))");
+  if (a->abi_version < min_abi)
+    return Error(Code::invalid_argument, "args.abi_version must be " + std::to_string(min_abi) + " or newer for " + what +
+                                             ", got " + std::to_string(a->abi_version) + older);
   // Bound the scan: a size past this is a garbage value, not a future struct.
   constexpr std::size_t kMaxArgsSize = 4096;
   if (size > kMaxArgsSize)
     return Error(Code::invalid_argument, "args.struct_size is " + std::to_string(size) + ", more than any version has");
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(a);
-  for (std::size_t i = sizeof(flashjit_attention_args_v2); i < size; ++i)
+  for (std::size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
       return Error(Code::unsupported, "args sets a field at byte " + std::to_string(i) +
                                           " that this flashjit (ABI version " + std::to_string(FLASHJIT_ABI_VERSION) +
                                           ") does not know; update the library");
-  flashjit_attention_args_v2 out{};
+  T out{};
   std::memcpy(&out, a, std::min(size, sizeof out));
   return out;
+}
+
+flashjit::Result<flashjit_attention_args_v2> read_v2(const flashjit_attention_args_v2* a) {
+  return read_sized(a, kArgsV2MinSize, 2, "flashjit_attention_args_v2", " (v1 callers use flashjit_forward)");
 }
 
 flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_v2* args) {
@@ -135,6 +151,29 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
     return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));
   if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
   out.check_metadata = (a.flags & FLASHJIT_CHECK_METADATA) != 0;
+  out.workspace = {a.workspace, a.workspace_bytes};
+  return out;
+}
+
+flashjit::Result<flashjit::BackwardArgs> convert(const flashjit_backward_args_v1* args) {
+  using namespace flashjit;
+  auto read = read_sized(args, kBackwardV1MinSize, kBackwardAbi, "flashjit_backward_args_v1", "");
+  if (!read.ok()) return std::move(read).error();
+  const flashjit_backward_args_v1& a = read.value();
+  if (!a.forward) return Error(Code::invalid_argument, "args.forward is null: the forward's arguments are required");
+  auto forward = convert(a.forward);
+  if (!forward.ok()) return Error(forward.error().code(), "forward: " + forward.error().message());
+  BackwardArgs out;
+  out.forward = std::move(forward).value();
+  FJ_TRY(convert_tensor(a.dout, "dout", out.dout));
+  FJ_TRY(convert_tensor(a.dq, "dq", out.dq));
+  FJ_TRY(convert_tensor(a.dk, "dk", out.dk));
+  FJ_TRY(convert_tensor(a.dv, "dv", out.dv));
+  out.dsinks = a.dsinks;
+  if (a.flags & ~FLASHJIT_DETERMINISTIC)
+    return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));
+  if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
+  out.deterministic = (a.flags & FLASHJIT_DETERMINISTIC) != 0;
   out.workspace = {a.workspace, a.workspace_bytes};
   return out;
 }
@@ -164,6 +203,14 @@ flashjit_status forward_any(flashjit_engine* engine, const Args* args, void* str
   });
 }
 
+// A variant's name into a caller's buffer of name_cap bytes (NUL-terminated, truncated; none if null).
+void copy_name(const std::string& n, char* name_out, uint64_t name_cap) {
+  if (!name_out || name_cap == 0) return;
+  const std::size_t len = std::min<std::size_t>(n.size(), name_cap - 1);
+  std::memcpy(name_out, n.data(), len);
+  name_out[len] = '\0';
+}
+
 template <class Args>
 flashjit_status precompile_any(flashjit_engine* engine, const Args* args, const char* arch, char* name_out,
                                uint64_t name_cap) {
@@ -176,12 +223,7 @@ flashjit_status precompile_any(flashjit_engine* engine, const Args* args, const 
     if (!p.ok()) return fail(p.error());
     auto r = engine->engine->compile(p->variant, arch);
     if (!r.ok()) return fail(r.error());
-    if (name_out && name_cap > 0) {
-      const std::string n = p->variant.name();
-      const std::size_t len = std::min<std::size_t>(n.size(), name_cap - 1);
-      std::memcpy(name_out, n.data(), len);
-      name_out[len] = '\0';
-    }
+    copy_name(p->variant.name(), name_out, name_cap);
     return FLASHJIT_OK;
   });
 }
@@ -246,5 +288,48 @@ flashjit_status flashjit_workspace_size_v2(flashjit_engine* engine, const flashj
 }
 
 uint64_t flashjit_args_v2_size(void) { return sizeof(flashjit_attention_args_v2); }
+
+flashjit_status flashjit_backward_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args, void* stream) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto st = engine->engine->backward(a.value(), static_cast<CUstream>(stream));
+    if (!st.ok()) return fail(st.error());
+    return FLASHJIT_OK;
+  });
+}
+
+flashjit_status flashjit_backward_workspace_size_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args,
+                                                    void* stream, uint64_t* bytes_out) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    if (!bytes_out) return fail(FLASHJIT_INVALID_ARGUMENT, "bytes_out is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto bytes = engine->engine->backward_workspace_size(a.value(), static_cast<CUstream>(stream));
+    if (!bytes.ok()) return fail(bytes.error());
+    *bytes_out = bytes.value();
+    return FLASHJIT_OK;
+  });
+}
+
+flashjit_status flashjit_precompile_backward_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args,
+                                                const char* arch, char* name_out, uint64_t name_cap) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    if (!arch) return fail(FLASHJIT_INVALID_ARGUMENT, "arch is null");
+    auto a = convert(args);
+    if (!a.ok()) return fail(a.error());
+    auto p = engine->engine->plan_backward(a.value(), arch);
+    if (!p.ok()) return fail(p.error());
+    auto r = engine->engine->compile(p->variant, arch);
+    if (!r.ok()) return fail(r.error());
+    copy_name(p->variant.name(), name_out, name_cap);
+    return FLASHJIT_OK;
+  });
+}
+
+uint64_t flashjit_backward_args_v1_size(void) { return sizeof(flashjit_backward_args_v1); }
 
 }  // extern "C"

@@ -14,6 +14,7 @@
 #include "metadata_check.hpp"
 #include "cudalib/nvrtc_library.hpp"
 #include "planner.hpp"
+#include "backward_problem.hpp"
 #include "problem.hpp"
 #include "tune_request.hpp"
 #include "workspace_pool.hpp"
@@ -66,18 +67,32 @@ class Engine::Impl {
     return launch(*call, **plan, *problem, stream);
   }
 
+  // The same route for the backward pass: its own validation and families, the same planner,
+  // kernel cache, workspace and launch. Checked mode has nothing to read back: the backward
+  // refuses every argument with device metadata so far.
+  Status backward(const BackwardArgs& args, CUstream stream) {
+    auto problem = validate_backward(args);
+    if (!problem.ok()) return std::move(problem).error();
+    if (problem->empty) return {};
+    auto call = call_context(stream);
+    if (!call.ok()) return std::move(call).error();
+    auto plan = planned(*call, *problem, stream, Pass::backward);
+    if (!plan.ok()) return std::move(plan).error();
+    return launch(*call, **plan, *problem, stream);
+  }
+
+  Result<std::uint64_t> backward_workspace_size(const BackwardArgs& args, CUstream stream) {
+    auto problem = validate_backward(args);
+    if (!problem.ok()) return std::move(problem).error();
+    if (problem->empty) return std::uint64_t(0);
+    return planned_workspace(*problem, stream, Pass::backward);
+  }
+
   Result<std::uint64_t> workspace_size(const AttentionArgs& args, CUstream stream) {
     auto problem = validate_problem(args);
     if (!problem.ok()) return std::move(problem).error();
     if (problem->empty) return std::uint64_t(0);
-    auto call = call_context(stream);
-    if (!call.ok()) return std::move(call).error();
-    auto plan = planned(*call, *problem, stream);
-    if (!plan.ok()) return std::move(plan).error();
-    WorkspaceMeter meter;
-    LaunchPlan launches;
-    FJ_TRY((*plan)->family->plan(*problem, (*plan)->variant, call->info, meter, launches));
-    return std::uint64_t(meter.bytes());
+    return planned_workspace(*problem, stream, Pass::forward);
   }
 
   Result<TuneReport> tune(const TuneRequest& req) {
@@ -91,8 +106,9 @@ class Engine::Impl {
     return tune_request(req, {*drv.value(), ctx, *info.value()}, loader_, planner_, options_.log);
   }
 
-  Result<PlanReport> default_plan(const Semantics& s, const Arch& arch, const ProblemShape* shape) const {
-    auto choice = choose_family(arch, s, shape);
+  Result<PlanReport> default_plan(const Semantics& s, const Arch& arch, const ProblemShape* shape,
+                                  Pass pass = Pass::forward) const {
+    auto choice = choose_family(arch, s, shape, pass);
     if (!choice.ok()) return std::move(choice).error();
     const KernelFamily& f = *choice->family;
     return PlanReport{{f.name(), s, f.default_tiling(arch, s, shape)}, choice->why};
@@ -153,17 +169,30 @@ class Engine::Impl {
     return contexts_.info(drv, ctx);
   }
 
-  // The plan of the family that serves the problem (the first by priority that accepts it).
-  Result<std::shared_ptr<const Plan>> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream) {
-    const KernelFamily* family = pick_family(call.info.arch, problem.semantics, &problem.shape);
-    if (!family) return choose_family(call.info.arch, problem.semantics, &problem.shape).error();
+  // The plan of the family of `pass` that serves the problem (the first by priority that accepts it).
+  Result<std::shared_ptr<const Plan>> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream,
+                                              Pass pass = Pass::forward) {
+    const KernelFamily* family = pick_family(call.info.arch, problem.semantics, &problem.shape, pass);
+    if (!family) return choose_family(call.info.arch, problem.semantics, &problem.shape, pass).error();
     return planner_.get(call, *family, problem, stream);
+  }
+
+  // The workspace bytes a call's plan asks for, planned as the call would be, nothing launched.
+  Result<std::uint64_t> planned_workspace(const AttentionProblem& problem, CUstream stream, Pass pass) {
+    auto call = call_context(stream);
+    if (!call.ok()) return std::move(call).error();
+    auto plan = planned(*call, problem, stream, pass);
+    if (!plan.ok()) return std::move(plan).error();
+    WorkspaceMeter meter;
+    LaunchPlan launches;
+    FJ_TRY((*plan)->family->plan(problem, (*plan)->variant, call->info, meter, launches));
+    return std::uint64_t(meter.bytes());
   }
 
   // One call's launches: the family's plan, with the caller's workspace or else the stream's,
   // then the kernels.
   Status launch(const CallContext& call, const Plan& plan, const AttentionProblem& problem, CUstream stream) {
-    const AttentionArgs::Workspace& given = problem.args->workspace;
+    const AttentionArgs::Workspace& given = problem.workspace();
     StreamWorkspace pooled(workspaces_, call.ctx, stream);
     CallerWorkspace callers(workspaces_.device(), reinterpret_cast<CUdeviceptr>(given.data), given.bytes, stream);
     WorkspaceSource& workspace = given.data ? static_cast<WorkspaceSource&>(callers) : pooled;
@@ -202,6 +231,20 @@ Result<std::uint64_t> Engine::workspace_size(const AttentionArgs& args, CUstream
 }
 
 Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }
+
+Status Engine::backward(const BackwardArgs& args, CUstream stream) { return impl_->backward(args, stream); }
+
+Result<std::uint64_t> Engine::backward_workspace_size(const BackwardArgs& args, CUstream stream) {
+  return impl_->backward_workspace_size(args, stream);
+}
+
+Result<PlanReport> Engine::plan_backward(const BackwardArgs& args, const std::string& arch) const {
+  auto a = Arch::parse(arch);
+  if (!a.ok()) return std::move(a).error();
+  auto p = validate_backward(args);
+  if (!p.ok()) return std::move(p).error();
+  return impl_->default_plan(p->semantics, a.value(), &p->shape, Pass::backward);
+}
 
 Result<PlanReport> Engine::plan(const AttentionArgs& args, const std::string& arch) const {
   auto a = Arch::parse(arch);

@@ -11,6 +11,7 @@ constexpr const char* kNoTilingFits = "no tiling fits the shared memory one bloc
 const KernelFamily& fa2_sm80_family();
 const KernelFamily& decode_sm80_family();
 const KernelFamily& fa3_sm90_family();
+const KernelFamily& bwd_sm80_family();
 
 int arch_smem_limit(const Arch& arch) {
   // Opt-in dynamic shared memory per block, from the CUDA programming guide's tables.
@@ -35,18 +36,24 @@ std::string explain_refusal(const KernelFamily& family, const Arch& arch, const 
   return out;
 }
 
-const std::vector<const KernelFamily*>& kernel_families() {
-  static const std::vector<const KernelFamily*> families = [] {
-    std::vector<const KernelFamily*> f{&fa2_sm80_family(), &decode_sm80_family(), &fa3_sm90_family()};
-    std::stable_sort(f.begin(), f.end(), [](auto* a, auto* b) { return a->priority() < b->priority(); });
-    return f;
-  }();
-  return families;
+namespace {
+std::vector<const KernelFamily*> by_priority(std::vector<const KernelFamily*> f) {
+  std::stable_sort(f.begin(), f.end(), [](auto* a, auto* b) { return a->priority() < b->priority(); });
+  return f;
+}
+}  // namespace
+
+const std::vector<const KernelFamily*>& kernel_families(Pass pass) {
+  static const std::vector<const KernelFamily*> forward =
+      by_priority({&fa2_sm80_family(), &decode_sm80_family(), &fa3_sm90_family()});
+  static const std::vector<const KernelFamily*> backward = by_priority({&bwd_sm80_family()});
+  return pass == Pass::forward ? forward : backward;
 }
 
 const KernelFamily* find_family(std::string_view name) {
-  for (const auto* f : kernel_families())
-    if (name == f->name()) return f;
+  for (Pass pass : {Pass::forward, Pass::backward})
+    for (const auto* f : kernel_families(pass))
+      if (name == f->name()) return f;
   return nullptr;
 }
 
@@ -55,15 +62,15 @@ const KnobTable* family_knobs(std::string_view family) {
   return f ? &f->knobs() : nullptr;
 }
 
-const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape) {
-  for (const auto* f : kernel_families())
+const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape, Pass pass) {
+  for (const auto* f : kernel_families(pass))
     if (!f->refusal(arch, s, shape)) return f;
   return nullptr;
 }
 
-Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape) {
+Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape, Pass pass) {
   std::string refused;
-  for (const auto* f : kernel_families()) {
+  for (const auto* f : kernel_families(pass)) {
     const char* why_not = f->refusal(arch, s, shape);
     if (!why_not) {
       std::string why = std::string(f->name()) + " (priority " + std::to_string(f->priority()) + ") serves " +
@@ -73,12 +80,13 @@ Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const P
     }
     refused += (refused.empty() ? "" : "; ") + std::string(f->name()) + " refused: " + explain_refusal(*f, arch, s, why_not);
   }
-  return Error(Code::unsupported, "no kernel family serves " + s.name() + " on " + arch.name() + ": " + refused);
+  return Error(Code::unsupported, std::string("no ") + (pass == Pass::backward ? "backward " : "") + "kernel family serves " +
+                                      s.name() + " on " + arch.name() + ": " + refused);
 }
 
-std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s) {
+std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s, Pass pass) {
   std::vector<const KernelFamily*> out;
-  for (const auto* f : kernel_families())
+  for (const auto* f : kernel_families(pass))
     if (!f->refusal(arch, s, nullptr)) out.push_back(f);
   return out;
 }

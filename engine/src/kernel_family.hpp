@@ -21,6 +21,11 @@
 
 namespace flashjit {
 
+// Which pass of attention a family's kernels compute. A forward call never runs a backward
+// family and the reverse: the family, not the semantics, says so, since both passes share the
+// forward's result-changing values (a backward variant is keyed apart by its family's name).
+enum class Pass { forward, backward };
+
 // A kernel a family's module exports.
 struct EntryPoint {
   const char* name;  // its extern "C" name
@@ -35,6 +40,7 @@ class KernelFamily {
   virtual const char* entry_template() const = 0;  // path under templates/
   // Families are tried in ascending priority; the first that accepts a problem runs it.
   virtual int priority() const = 0;
+  virtual Pass pass() const { return Pass::forward; }
   // Why this family cannot serve (arch, semantics, shape), or nullptr when it can. `shape` is
   // null when compiling ahead of time (any shape). The semantics have passed Semantics::check().
   // A static string: asked on every call.
@@ -108,23 +114,25 @@ const char* smem_refusal(const KernelFamily& family, const Arch& arch, const Sem
 // (dtype, head dims, bytes needed, the arch's limit).
 std::string explain_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s, const char* why_not);
 
-// Every family, in ascending priority.
-const std::vector<const KernelFamily*>& kernel_families();
-const KernelFamily* find_family(std::string_view name);
+// Every family of one pass, in ascending priority.
+const std::vector<const KernelFamily*>& kernel_families(Pass pass = Pass::forward);
+const KernelFamily* find_family(std::string_view name);  // of either pass
 const KnobTable* family_knobs(std::string_view family);  // nullptr for an unknown family
 
 // The family that runs a problem: the first by priority that accepts it (dispatch path).
-const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape);
+const KernelFamily* pick_family(const Arch& arch, const Semantics& s, const ProblemShape* shape,
+                                Pass pass = Pass::forward);
 
 // The same choice, explained: which family runs and why each one before it refused.
 struct FamilyChoice {
   const KernelFamily* family = nullptr;
   std::string why;
 };
-Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape);
+Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape,
+                                   Pass pass = Pass::forward);
 
 // Families that serve (arch, semantics) for some shape: what ahead-of-time warmup compiles.
-std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s);
+std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s, Pass pass = Pass::forward);
 
 // Checks a whole variant can be built for an arch (family known and willing, tiling valid, fits).
 Status check_variant(const KernelVariant& v, const Arch& arch);

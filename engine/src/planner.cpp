@@ -83,7 +83,7 @@ Result<std::shared_ptr<const Plan>> Planner::make(const CallContext& call, const
         .with("variant", bucket.to_string());
   const KernelFamily& family = *key.family;
   if (options_.log) {  // the same choice the caller made, with each refusal before it spelled out
-    auto choice = choose_family(call.info.arch, problem.semantics, &problem.shape);
+    auto choice = choose_family(call.info.arch, problem.semantics, &problem.shape, family.pass());
     options_.log("plan " + bucket.to_string() + ": " + (choice.ok() ? choice->why : choice.error().message()));
   }
   auto plan = std::make_shared<Plan>();
@@ -101,6 +101,7 @@ Tiling Planner::choose_tiling(const CallContext& call, const KernelFamily& famil
                               const ProblemShape& shape) {
   const Tiling def = family.default_tiling(call.info.arch, bucket.semantics, &shape);
   if (options_.tune_mode && *options_.tune_mode == TuneMode::off) return def;
+  if (family.pass() != Pass::forward) return def;  // tuning sessions time forward calls only
   auto tuner = tuner_for(call);
   if (!tuner.ok()) {
     if (options_.log) options_.log("tuning results unavailable, using defaults: " + tuner.error().to_string());

@@ -24,23 +24,6 @@ std::string dim(const char* tensor, int i, bool paged = false) {
   return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + (pool ? kPoolDimNames : kDimNames)[i] + ")";
 }
 
-// Widest access (elements) every tensor's pointer, strides and head dims allow, up to 16 bytes.
-int pick_vec(const AttentionArgs& a, std::size_t elem) {
-  const TensorView* views[4] = {&a.q, &a.k, &a.v, &a.o};
-  for (const TensorView* v : views)
-    if (v->stride[3] != 1 && v->shape[3] > 1) return 1;
-  for (int vec = int(16 / elem); vec > 1; vec /= 2) {
-    bool ok = a.q.shape[3] % vec == 0 && a.v.shape[3] % vec == 0;
-    for (const TensorView* v : views) {
-      if (reinterpret_cast<std::uintptr_t>(v->data) % (vec * elem)) ok = false;
-      for (int i = 0; i < 3; ++i)
-        if (v->stride[i] % vec) ok = false;
-    }
-    if (ok) return vec;
-  }
-  return 1;
-}
-
 // Range [lo, hi) of a small fp32/int32 array the kernel reads.
 Status check_array(const char* name, const void* data, std::int64_t count, std::int64_t stride0, std::int64_t rows,
                    std::size_t elem, Extent* e) {
@@ -94,6 +77,22 @@ Status check_paged(const AttentionArgs& a) {
 }
 
 }  // namespace
+
+int widest_vec(std::initializer_list<const TensorView*> views, std::size_t elem) {
+  for (const TensorView* v : views)
+    if (v->stride[3] != 1 && v->shape[3] > 1) return 1;
+  constexpr std::size_t kWidestAccessBytes = 16;  // one 128-bit load or store a thread
+  for (int vec = int(kWidestAccessBytes / elem); vec > 1; vec /= 2) {
+    bool ok = true;
+    for (const TensorView* v : views) {
+      if (v->shape[3] % vec || reinterpret_cast<std::uintptr_t>(v->data) % (vec * elem)) ok = false;
+      for (int i = 0; i < 3; ++i)
+        if (v->stride[i] % vec) ok = false;
+    }
+    if (ok) return vec;
+  }
+  return 1;
+}
 
 Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   AttentionProblem out;
@@ -244,7 +243,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   s.sinks = a.sinks != nullptr;
   s.kv_lens = a.kv_lens != nullptr;
   s.paged = paged;
-  s.vec = pick_vec(a, elem);
+  s.vec = widest_vec({&a.q, &a.k, &a.v, &a.o}, elem);
   return out;
 }
 

@@ -3,6 +3,9 @@
 // and the rule. A family turns the result into its own kernel params (attention_params.hpp).
 #pragma once
 
+#include <cstddef>
+#include <initializer_list>
+
 #include "base/problem_shape.hpp"
 #include "flashjit/flashjit.hpp"
 
@@ -10,6 +13,7 @@ namespace flashjit {
 
 struct AttentionProblem {
   const AttentionArgs* args = nullptr;  // the caller's views, all checked
+  const BackwardArgs* backward = nullptr;  // a backward call's gradients (args is its forward), checked
   // varlen: batch = sequences, seqlen_q / seqlen_k = the max lengths. Within problem_shape.hpp's
   // bounds (batch, heads <= 65535, lengths <= 2^30), which families' size arithmetic relies on.
   ProblemShape shape;
@@ -20,8 +24,15 @@ struct AttentionProblem {
   int window_left = 0, window_right = 0;
   float softcap = 0;    // semantics.softcap
   bool empty = false;   // zero-size: valid, nothing to launch
+
+  // The caller's workspace for this call (null data: the engine's pool).
+  const AttentionArgs::Workspace& workspace() const { return backward ? backward->workspace : args->workspace; }
 };
 
 Result<AttentionProblem> validate_problem(const AttentionArgs& args);
+
+// The widest access (elements, up to 16 bytes) that every view's pointer, strides and head dim
+// allow; 1 when a view's head dim is strided. Semantics::vec for the views a kernel touches.
+int widest_vec(std::initializer_list<const TensorView*> views, std::size_t elem_bytes);
 
 }  // namespace flashjit

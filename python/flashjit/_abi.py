@@ -62,7 +62,7 @@ class ArgsV2(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
 

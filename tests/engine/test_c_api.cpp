@@ -315,3 +315,99 @@ TEST_CASE("C ABI v2 workspace: bytes need a pointer, the pointer an alignment; t
   CHECK(flashjit_workspace_size_v2(nullptr, &a, nullptr, &bytes) == FLASHJIT_INVALID_ARGUMENT);
   flashjit_engine_destroy(e);
 }
+
+namespace {
+
+// A backward over args_v2()'s forward (with its LSE): gradients at their own fake addresses.
+struct BackwardV1 {
+  flashjit_lse lse{};
+  flashjit_attention_args_v2 forward = args_v2();
+  flashjit_backward_args_v1 b{};
+  BackwardV1() {
+    lse.data = reinterpret_cast<float*>(0x7f0500000000ull);
+    lse.shape[0] = 1, lse.shape[1] = 4, lse.shape[2] = 64;
+    lse.stride[0] = 256, lse.stride[1] = 64, lse.stride[2] = 1;
+    forward.lse = &lse;
+    b.struct_size = sizeof b;
+    b.abi_version = FLASHJIT_ABI_VERSION;
+    b.forward = &forward;
+    b.dout = tensor(0x7f0600000000ull, FLASHJIT_F16, 1, 64, 4, 64);
+    b.dq = tensor(0x7f0700000000ull, FLASHJIT_F16, 1, 64, 4, 64);
+    b.dk = tensor(0x7f0800000000ull, FLASHJIT_F16, 1, 64, 4, 64);
+    b.dv = tensor(0x7f0900000000ull, FLASHJIT_F16, 1, 64, 4, 64);
+  }
+  BackwardV1(const BackwardV1&) = delete;
+};
+
+std::string backward_error(flashjit_engine* e, const flashjit_backward_args_v1* b) {
+  const flashjit_status st = flashjit_backward_v1(e, b, nullptr);
+  return st == FLASHJIT_OK ? "OK" : flashjit_last_error();
+}
+
+}  // namespace
+
+TEST_CASE("C ABI backward: size-prefixed args, the forward's rules, refusals named, precompile without a GPU") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  CHECK(flashjit_backward_args_v1_size() == sizeof(flashjit_backward_args_v1));
+  CHECK(has(backward_error(e, nullptr), "args is null"));
+  {
+    BackwardV1 a;
+    a.b.struct_size = 16;
+    CHECK(has(backward_error(e, &a.b), "sizeof(flashjit_backward_args_v1)"));
+  }
+  {
+    BackwardV1 a;
+    a.b.abi_version = 4;
+    CHECK(has(backward_error(e, &a.b), "args.abi_version must be 5 or newer"));
+  }
+  {
+    BackwardV1 a;
+    a.b.forward = nullptr;
+    CHECK(has(backward_error(e, &a.b), "args.forward is null"));
+  }
+  {
+    BackwardV1 a;
+    a.forward.lse = nullptr;
+    CHECK(flashjit_backward_v1(e, &a.b, nullptr) == FLASHJIT_INVALID_ARGUMENT);
+    CHECK(has(flashjit_last_error(), "forward.lse is required"));
+  }
+  {
+    BackwardV1 a;
+    a.forward.struct_size = 8;  // the forward struct's own rules, said to be the forward's
+    CHECK(has(backward_error(e, &a.b), "forward: args.struct_size is 8"));
+  }
+  {
+    BackwardV1 a;
+    a.b.flags = FLASHJIT_DETERMINISTIC;
+    CHECK(flashjit_backward_v1(e, &a.b, nullptr) == FLASHJIT_UNSUPPORTED);
+    CHECK(has(flashjit_last_error(), "deterministic"));
+    a.b.flags = 2;
+    CHECK(flashjit_backward_v1(e, &a.b, nullptr) == FLASHJIT_UNSUPPORTED);
+    a.b.flags = 0;
+    a.b.reserved = 1;
+    CHECK(has(backward_error(e, &a.b), "args.reserved must be 0"));
+  }
+  {
+    BackwardV1 a;
+    a.b.dv.dtype = 7;
+    CHECK(has(backward_error(e, &a.b), "dv.dtype must be"));
+  }
+  {
+    BackwardV1 a;
+    a.forward.softcap = 30.f;
+    char name[128] = {0};
+    CHECK(flashjit_precompile_backward_v1(e, &a.b, "sm_80", name, sizeof name) == FLASHJIT_UNSUPPORTED);
+    CHECK(has(flashjit_last_error(), "softcap"));
+  }
+  {
+    BackwardV1 a;
+    a.forward.mask = FLASHJIT_MASK_CAUSAL;
+    char name[128] = {0};
+    const flashjit_status st = flashjit_precompile_backward_v1(e, &a.b, "sm_80", name, sizeof name);
+    INFO(flashjit_last_error());
+    CHECK(st == FLASHJIT_OK);
+    CHECK(std::string(name) == "bwd_sm80-f16-dqk64-dv64-causal-vec8-m64n64w4");
+  }
+  flashjit_engine_destroy(e);
+}

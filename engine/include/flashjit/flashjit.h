@@ -15,8 +15,9 @@ extern "C" {
 
 /* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible).
  * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA).
- * 4: flashjit_attention_args_v2 gains workspace and workspace_bytes; flashjit_workspace_size_v2. */
-#define FLASHJIT_ABI_VERSION 4
+ * 4: flashjit_attention_args_v2 gains workspace and workspace_bytes; flashjit_workspace_size_v2.
+ * 5: the backward pass: flashjit_backward_args_v1, flashjit_backward_v1 and its workspace size. */
+#define FLASHJIT_ABI_VERSION 5
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -163,6 +164,46 @@ flashjit_status flashjit_workspace_size_v2(flashjit_engine* engine, const flashj
                                            void* stream, uint64_t* bytes_out);
 /* sizeof(flashjit_attention_args_v2) as compiled into the library. */
 uint64_t flashjit_args_v2_size(void);
+
+/* ---- The backward pass (ABI version 5). ---- */
+
+/* flashjit_backward_args_v1.flags bits. */
+/* Sum dq in a fixed order, so that every call gives the same bits. Not supported yet (refused
+ * with FLASHJIT_UNSUPPORTED): dq is summed with atomics, its last bits may differ between calls. */
+#define FLASHJIT_DETERMINISTIC 1u
+
+/* Size-prefixed like flashjit_attention_args_v2: set struct_size = sizeof(flashjit_backward_args_v1)
+ * and abi_version = FLASHJIT_ABI_VERSION (5 or newer), zero what you do not use. So far: f16 and
+ * bf16, head dim 64 or 128, causal or not, as many key/value heads as query heads; anything else
+ * is refused with FLASHJIT_UNSUPPORTED naming the argument. */
+typedef struct flashjit_backward_args_v1 {
+  uint32_t struct_size;
+  uint32_t abi_version;
+  /* The forward's arguments as the forward was called: o and lse (required) are read; its
+   * workspace must be empty (the backward's is below). */
+  const flashjit_attention_args_v2* forward;
+  flashjit_tensor dout;          /* dL/do: o's shape and dtype */
+  flashjit_tensor dq, dk, dv;    /* written: q's, k's and v's shapes and dtype, any strides */
+  float* dsinks;                 /* NULL (the sinks' gradient is not supported yet) */
+  uint32_t flags;                /* FLASHJIT_DETERMINISTIC, or 0 */
+  uint32_t reserved;             /* must be 0 */
+  /* Device scratch memory the caller owns, at least flashjit_backward_workspace_size_v1() bytes,
+   * 256-byte aligned, any contents. NULL: the engine's per-stream pool. */
+  void* workspace;
+  uint64_t workspace_bytes;
+} flashjit_backward_args_v1;
+
+/* dq, dk and dv for one forward call, on `stream` of the calling thread's current CUDA context.
+ * Nothing is written when it fails. */
+flashjit_status flashjit_backward_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args, void* stream);
+/* The workspace bytes flashjit_backward_v1 takes for `args` on `stream` (plans, launches nothing). */
+flashjit_status flashjit_backward_workspace_size_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args,
+                                                    void* stream, uint64_t* bytes_out);
+/* Compiles the backward kernel `args` would use, for `arch`, without a GPU (as flashjit_precompile_v2). */
+flashjit_status flashjit_precompile_backward_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args,
+                                                const char* arch, char* name_out, uint64_t name_cap);
+/* sizeof(flashjit_backward_args_v1) as compiled into the library. */
+uint64_t flashjit_backward_args_v1_size(void);
 
 #ifdef __cplusplus
 }

@@ -117,6 +117,26 @@ struct AttentionArgs {
   bool check_metadata = false;
 };
 
+// The backward pass of one forward call: the gradients of a loss with respect to q, k and v,
+// given its gradient with respect to o. `forward` holds the forward's arguments exactly as the
+// forward was called (its semantics: mask, scale, dtype, ...), except that o and lse are now
+// read: lse is required (the backward recomputes the probabilities from it). So far fp16 and
+// bf16, head dim 64 or 128 (q, k and v alike), causal or not, heads_q == heads_kv; anything else
+// is refused with UNSUPPORTED naming the argument (GQA, varlen, kv_lens, paged, window, softcap,
+// ALiBi, sinks and fp32 come in later increments of issue 24).
+struct BackwardArgs {
+  AttentionArgs forward;        // forward.workspace must be empty: the backward's is below
+  TensorView dout;              // dL/do: o's shape and dtype
+  TensorView dq, dk, dv;        // written: q's, k's and v's shapes and dtype, any strides
+  float* dsinks = nullptr;      // dL/dsinks, fp32 [heads_q]; with sinks only (not yet supported)
+  bool deterministic = false;   // dq summed in a fixed order (not yet supported: dq is summed
+                                // with atomics, so its last bits may differ between calls)
+  // Device scratch memory the caller owns (an fp32 dq accumulator and one float per query row),
+  // as AttentionArgs::workspace: at least backward_workspace_size() bytes, aligned to
+  // kWorkspaceAlignment; its contents on entry do not matter. Null: the engine's per-stream pool.
+  AttentionArgs::Workspace workspace;
+};
+
 // How the engine picks a tiling for a problem it has not seen (FLASHJIT_TUNE overrides the default):
 //   off:       the family's default tiling for the arch and head dim, always;
 //   offline:   tuned results stored by `flashjit tune` (or an earlier first-use run), else default;
@@ -223,6 +243,18 @@ class Engine {
   // the call as forward() would (compiling the kernel if it is not cached), launches nothing.
   Result<std::uint64_t> workspace_size(const AttentionArgs& args, CUstream stream = nullptr);
 
+  // The backward pass on `stream`: three kernels in order (row sums and accumulator zeroing, the
+  // main pass, dq's conversion), all on `stream`, capturable into a CUDA graph once warm.
+  // Validates everything first; on error nothing is written.
+  Status backward(const BackwardArgs& args, CUstream stream = nullptr);
+
+  // Bytes of workspace backward() takes for these arguments on `stream`'s GPU (the size of a
+  // caller's BackwardArgs::workspace). Plans as backward() would (compiling if not cached).
+  Result<std::uint64_t> backward_workspace_size(const BackwardArgs& args, CUstream stream = nullptr);
+
+  // The backward variant backward() would run on this arch (no GPU needed; default tiling).
+  Result<PlanReport> plan_backward(const BackwardArgs& args, const std::string& arch) const;
+
   // Tunes one bucket on the current context's GPU and stores the result (the offline tuner).
   Result<TuneReport> tune(const TuneRequest& request);
 
@@ -252,5 +284,10 @@ class Engine {
 // (Engine::plan() says which does) nor, outside checked mode, that device metadata (prefix sums,
 // kv_lens, block tables) is sound.
 Status validate_args(const AttentionArgs& args);
+
+// backward()'s argument checks, with no Engine and no GPU: the forward's rules on `forward`,
+// lse present, dout, dq, dk and dv against o, q, k and v, outputs overlapping nothing. Features
+// no backward kernel serves yet are Engine::plan_backward()'s refusals.
+Status validate_backward_args(const BackwardArgs& args);
 
 }  // namespace flashjit

@@ -1,0 +1,184 @@
+// Host side of the bwd_sm80 family (templates/bwd_sm80/): the backward pass on sm_80 tensor
+// cores. Knobs, tile rules, what the first cut refuses, its workspace, and the launch plan:
+// three kernels of one module on one stream —
+//   preprocess: a CTA per (BLOCK_M query rows, head, batch): D = rowsum(dO * O), dQ accumulator zeroed;
+//   main:       a CTA per (BLOCK_N keys, head, batch): dK, dV written, dQ added with atomics;
+//   convert:    a CTA per (BLOCK_M query rows, head, batch): the dQ accumulator to dq.
+#include <algorithm>
+#include <cstdint>
+
+#include "attention_params.hpp"
+#include "kernel_family.hpp"
+#include "templates/bwd_sm80/layout.cuh"
+#include "templates/bwd_sm80/params.cuh"
+
+namespace flashjit {
+namespace {
+
+// The speed-only knobs, declared once: names, tuning-result JSON and kernel constants.
+enum BwdKnob { kBlockM, kBlockN, kWarps };
+const KnobTable kKnobs{"bwd_sm80",
+                       {{"block_m", "m", "kBlockM", "query rows per Q block: longer dK/dV products, more score registers"},
+                        {"block_n", "n", "kBlockN", "keys per CTA: more reuse of each Q block, more dK/dV registers, fewer CTAs"},
+                        {"warps", "w", "kWarps", "warps per CTA, splitting its keys (key phase) and the Q block's rows (query phase)"}}};
+
+constexpr int kMmaRows = 16;    // rows of one mma tile: each warp owns a multiple of it in both phases
+constexpr int kMaxWarps = 8;    // 256 threads keep 255 registers a thread available
+constexpr int kMaxBlock = 128;  // BLOCK_M or BLOCK_N past this leaves no register room for dK and dV
+constexpr int kPriority = 100;  // the only backward family so far
+// fp32 accumulators a thread holds in the key phase (S^T, dP^T, dK, dV) that candidates may
+// reach: D = 128 at 64x64 on 4 warps holds 192 and compile_bwd_check.py sees no spills there.
+constexpr int kMaxAccumulators = 192;
+// The head dims the first cut's kernels were written and checked for (docs/design/backward.md).
+constexpr int kHeadDims[] = {64, 128};
+// The least shared memory: one warp's 16 keys and 16 rows.
+const Tiling kSmallest(kKnobs, {kMmaRows, kMmaRows, 1});
+// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows; no spills at D <= 128).
+const Tiling kDefault(kKnobs, {64, 64, 4});
+
+int accumulators(const Semantics& s, const Tiling& t) {
+  const int key_tiles = t[kBlockN] / t[kWarps] / kMmaRows;
+  constexpr int kPerN8Tile = 4;  // an m16n8 fp32 tile is 4 registers a thread
+  return key_tiles * kPerN8Tile * ((s.head_dim_qk + s.head_dim_v) / 8 + 2 * t[kBlockM] / 8);
+}
+
+int smem_bytes(const Semantics& s, const Tiling& t) {
+  return fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]).smem_bytes;
+}
+
+// Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
+// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded]. Rows are
+// rounded up to BLOCK_M so every Q block's rows exist. Nothing needs to start zeroed:
+// preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
+// most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
+struct BwdWorkspace {
+  std::uint64_t dpsum_offset = 0, bytes = 0;
+};
+BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
+  auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
+  const int dqk = fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign);  // the kernels' kDQK
+  const std::uint64_t rows = std::uint64_t(shape.batch) * std::uint64_t(shape.heads_q) *
+                             std::uint64_t((shape.seqlen_q + block_m - 1) / block_m * block_m);
+  BwdWorkspace w;
+  w.dpsum_offset = up(rows * std::uint64_t(dqk) * sizeof(float));
+  w.bytes = w.dpsum_offset + up(rows * sizeof(float));
+  return w;
+}
+
+class BwdSm80 final : public KernelFamilyBase {
+ public:
+  BwdSm80() : KernelFamilyBase(kKnobs, "bwd_sm80/family.cu", kPriority) {}
+
+  Pass pass() const override { return Pass::backward; }
+
+  // Each reason names the argument that asks for what the first cut lacks.
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+    if (arch.major < 8) return kNeedsSm80;
+    if (s.dtype != DType::f16 && s.dtype != DType::bf16)
+      return "q.dtype: the backward takes f16 or bf16 so far (fp32 needs its tf32 fragment path)";
+    if (s.head_dim_qk != s.head_dim_v || std::find(std::begin(kHeadDims), std::end(kHeadDims), s.head_dim_qk) == std::end(kHeadDims))
+      return "q.shape[3] and v.shape[3] (head_dim): the backward takes 64 or 128, the same for q, k and v, so far";
+    if (s.gqa) return "k.shape[2] (heads) != q.shape[2]: the backward needs as many key/value heads as query heads so far (no GQA/MQA)";
+    if (s.varlen) return "varlen: the backward does not take ragged batches yet";
+    if (s.kv_lens) return "kv_lens: the backward does not take per-sequence key counts yet";
+    if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
+    if (s.window) return "window: the backward does not take sliding windows yet (causal or none only)";
+    if (s.softcap) return "softcap: the backward does not take the softcap's derivative yet";
+    if (s.alibi) return "alibi: the backward does not take ALiBi yet";
+    if (s.sinks) return "sinks: the backward does not take attention sinks yet";
+    return smem_refusal(*this, arch, s);
+  }
+
+  Status check_tiling(const Semantics&, const Tiling& t) const override {
+    FJ_TRY(check_table(t));
+    if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return broken(t, "warps must be in [1, 8]");
+    if (t[kBlockN] < kMmaRows || t[kBlockN] > kMaxBlock || t[kBlockN] % (kMmaRows * t[kWarps]))
+      return broken(t, "BLOCK_N must be a multiple of 16 x warps, at most 128 (each warp takes 16-key tiles)");
+    if (t[kBlockM] < kMmaRows || t[kBlockM] > kMaxBlock || t[kBlockM] % (kMmaRows * t[kWarps]))
+      return broken(t, "BLOCK_M must be a multiple of 16 x warps, at most 128 (each warp takes 16-row tiles of dQ)");
+    return {};
+  }
+
+  int min_smem_bytes(const Semantics& s) const override { return smem_bytes(s, kSmallest); }
+
+  // The default fits every arch from sm_80 (D = 128: 87.5 KB, under sm_86's 99 KB).
+  Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+    return smem_bytes(s, kDefault) <= arch_smem_limit(arch) ? kDefault : kSmallest;
+  }
+
+  std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
+    std::vector<Tiling> out;
+    for (int bm : {64, 128})
+      for (int bn : {64, 128})
+        for (int w : {4, 8}) {
+          const Tiling t(kKnobs, {bm, bn, w});
+          if (check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
+              accumulators(s, t) <= kMaxAccumulators)
+            out.push_back(t);
+        }
+    return out;
+  }
+
+  TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
+
+  std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
+    return {{"flashjit_bwd_preprocess", 0}, {"flashjit_bwd_main", smem_bytes(v.semantics, v.tiling)}, {"flashjit_bwd_convert", 0}};
+  }
+
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, WorkspaceSource& workspace,
+              LaunchPlan& out) const override {
+    if (!p.backward) return Error(Code::internal, "bwd_sm80 plans backward calls only");
+    const Tiling& t = v.tiling;
+    const BackwardArgs& b = *p.backward;
+    const unsigned m_blocks = unsigned((p.shape.seqlen_q + t[kBlockM] - 1) / t[kBlockM]);
+    const unsigned n_blocks = unsigned((p.shape.seqlen_k + t[kBlockN] - 1) / t[kBlockN]);
+    float* dq_accum = nullptr;
+    float* dpsum = nullptr;
+    if (m_blocks > 0) {  // with no query rows only the main kernel runs: it writes dK = dV = 0
+      const BwdWorkspace w = workspace_layout(p.shape, v.semantics, t[kBlockM]);
+      auto buffer = workspace.get(w.bytes, 0);
+      if (!buffer.ok()) return std::move(buffer).error().with("variant", v.name());
+      if (const CUdeviceptr base = buffer.value()) {
+        dq_accum = reinterpret_cast<float*>(base);
+        dpsum = reinterpret_cast<float*>(base + w.dpsum_offset);
+      }
+    }
+    auto add = [&](int entry, unsigned blocks, int smem) {
+      KernelLaunch& k = out.add();
+      k.entry = entry;
+      k.grid = {blocks, unsigned(p.shape.heads_q), unsigned(p.shape.batch)};
+      k.block = {unsigned(t[kWarps] * 32), 1, 1};
+      k.smem_bytes = unsigned(smem);
+      FjBackwardParams& bp = k.params.emplace<FjBackwardParams>();
+      fill_attention_params(p, bp.fwd);
+      bp.dout = b.dout.data;
+      bp.dq = const_cast<void*>(b.dq.data);
+      bp.dk = const_cast<void*>(b.dk.data);
+      bp.dv = const_cast<void*>(b.dv.data);
+      bp.dq_accum = dq_accum;
+      bp.dpsum = dpsum;
+      for (int i = 0; i < 4; ++i) {
+        bp.dout_stride[i] = b.dout.stride[i];
+        bp.dq_stride[i] = b.dq.stride[i];
+        bp.dk_stride[i] = b.dk.stride[i];
+        bp.dv_stride[i] = b.dv.stride[i];
+      }
+      bp.seqlen_q_rounded = int(m_blocks) * t[kBlockM];
+      bp.scale = p.scale;
+    };
+    // Entries in entry_points()' order; with no keys, convert writes dq = 0 from the zeroed accumulator.
+    if (m_blocks > 0) add(0, m_blocks, 0);
+    if (n_blocks > 0) add(1, n_blocks, smem_bytes(v.semantics, t));
+    if (m_blocks > 0) add(2, m_blocks, 0);
+    return {};
+  }
+};
+
+}  // namespace
+
+const KernelFamily& bwd_sm80_family() {
+  static const BwdSm80 family;
+  return family;
+}
+
+}  // namespace flashjit

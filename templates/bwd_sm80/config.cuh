@@ -1,0 +1,47 @@
+// Derived compile-time shape of the bwd_sm80 kernels, from the rendered variant constants in
+// namespace fj::cfg (the same semantics constants every family gets from
+// engine/src/kernel_source.cpp, and this family's tiling: kBlockM, kBlockN, kWarps).
+#pragma once
+
+#include "common/ptx.cuh"
+#include "common/variant_types.cuh"
+#include "bwd_sm80/layout.cuh"
+#include "bwd_sm80/params.cuh"
+
+namespace fj::bwd {
+
+using namespace fj::cfg;
+using namespace fj::var;
+
+// What the first cut serves; the host refuses the rest until the later increments land
+// (docs/design/backward.md).
+static_assert(k16Bit, "bwd_sm80 first cut: fp16 and bf16 only");
+static_assert(!kGqa && !kVarlen && !kKvLens && !kPaged, "bwd_sm80 first cut: no GQA, varlen, kv_lens or paged K/V");
+static_assert(!kWindow && !kSoftcap && !kAlibi && !kSinks, "bwd_sm80 first cut: causal or no mask only");
+
+constexpr int kThreads = kWarps * 32;
+constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
+
+// Key phase (S^T, dP^T, dV, dK): each warp owns kKeyRowsPerWarp of the CTA's kBlockN keys
+// against all kBlockM query rows of the current Q block.
+constexpr int kKeyRowsPerWarp = kBlockN / kWarps;
+constexpr int kKeyTiles = kKeyRowsPerWarp / kMmaRows;
+static_assert(kKeyRowsPerWarp % kMmaRows == 0, "BLOCK_N must give every warp a multiple of 16 keys");
+// Query phase (dQ = dS.K): each warp owns kQRowsPerWarp of the Q block's rows against all keys.
+constexpr int kQRowsPerWarp = kBlockM / kWarps;
+constexpr int kQTiles = kQRowsPerWarp / kMmaRows;
+static_assert(kQRowsPerWarp % kMmaRows == 0, "BLOCK_M must give every warp a multiple of 16 query rows");
+
+constexpr fj_layout::BwdLayout kLayout = fj_layout::bwd_layout(kHeadDimQK, kHeadDimV, kBlockM, kBlockN);
+constexpr int kDQK = kLayout.dqk;
+constexpr int kDV = kLayout.dv;
+constexpr int kStrideQK = kLayout.stride_qk;
+constexpr int kStrideV = kLayout.stride_v;
+constexpr int kStrideDs = kLayout.stride_ds;
+
+constexpr int kNTilesM = kBlockM / 8;    // n8 tiles across the Q block (columns of S^T)
+constexpr int kNTilesN = kBlockN / 8;    // n8 tiles across the keys (columns of dS in dQ = dS.K)
+constexpr int kNTilesQK = kDQK / 8;      // n8 tiles of dK and dQ
+constexpr int kNTilesV = kDV / 8;        // n8 tiles of dV
+
+}  // namespace fj::bwd

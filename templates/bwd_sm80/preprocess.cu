@@ -1,0 +1,42 @@
+// bwd_sm80 preprocess: for every query row, D = rowsum(dO * O) in fp32 (the softmax's gradient
+// term: dS = P * (dP - D)), and the row's fp32 dQ accumulator zeroed, so the main kernel's
+// atomics start from zero. One CTA per (BLOCK_M query rows, query head, batch): the same Q
+// blocks the main kernel walks, so the workspace rows past seqlen_q up to the block's end get
+// D = 0 and a zeroed accumulator too.
+//
+// Not yet covered (first cut, see docs/design/backward.md): varlen (workspace rows per packed
+// row), fp32 inputs; a vectorized read of O and dO (one element a lane here).
+#include "bwd_sm80/config.cuh"
+#include "bwd_sm80/elem.cuh"
+#include "common/sequence.cuh"
+
+extern "C" __global__ void __launch_bounds__(fj::bwd::kThreads)
+flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
+  using namespace fj;
+  using namespace fj::bwd;
+  const FjAttentionParams& f = p.fwd;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int m0 = blockIdx.x * kBlockM;
+  const int head = blockIdx.y;
+  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(f, blockIdx.z);
+  const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+
+  // D: one warp per row, its lanes striding the head dim; rows past the sequence get 0.
+  for (int r = warp; r < kBlockM; r += kWarps) {
+    const int row = m0 + r;
+    float acc = 0.f;
+    if (row < seq.len_q) {
+      const Elem* o = row_at(static_cast<const Elem*>(f.o), f.o_stride, seq.batch, seq.q_start + row, head);
+      const Elem* d = row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + row, head);
+      for (int c = lane; c < kHeadDimV; c += kWarpLanes)
+        acc += to_float(o[c * f.o_stride[3]]) * to_float(d[c * p.dout_stride[3]]);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.dpsum[ws_row0 + r] = acc;
+  }
+
+  // The block's dQ accumulator rows, every padded column included (the main kernel's atomics
+  // touch only the real ones; convert reads only those).
+  float* accum = p.dq_accum + ws_row0 * kDQK;
+  for (int i = tid; i < kBlockM * kDQK; i += kThreads) accum[i] = 0.f;
+}

@@ -1,0 +1,249 @@
+// The backward call's host side without a GPU: argument validation (each error names the
+// argument and the rule), the refusals of what no backward kernel serves yet (UNSUPPORTED,
+// naming the argument), the family's tile rules and its launch plan and workspace.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "backward_problem.hpp"
+#include "flashjit/flashjit.hpp"
+#include "kernel_family.hpp"
+#include "templates/bwd_sm80/params.cuh"
+#include "workspace_pool.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+// Fake, well-separated, 256-byte aligned device addresses.
+const void* addr(std::uintptr_t slot) { return reinterpret_cast<const void*>(0x7f0000000000ull + (slot << 32)); }
+float* faddr(std::uintptr_t slot) { return reinterpret_cast<float*>(const_cast<void*>(addr(slot))); }
+
+// B=2, H=3, Sq=77, Sk=130: the GPU test's odd shape.
+BackwardArgs make(DType dt = DType::f16, std::int64_t D = 64, std::int64_t Sq = 77, std::int64_t Sk = 130,
+                  std::int64_t Hq = 3, std::int64_t Hkv = 3) {
+  const std::int64_t B = 2;
+  BackwardArgs b;
+  AttentionArgs& a = b.forward;
+  a.q = TensorView::bshd(addr(1), dt, B, Sq, Hq, D);
+  a.k = TensorView::bshd(addr(2), dt, B, Sk, Hkv, D);
+  a.v = TensorView::bshd(addr(3), dt, B, Sk, Hkv, D);
+  a.o = TensorView::bshd(addr(4), dt, B, Sq, Hq, D);
+  a.lse = LseView::contiguous(faddr(5), B, Hq, Sq);
+  b.dout = TensorView::bshd(addr(6), dt, B, Sq, Hq, D);
+  b.dq = TensorView::bhsd(addr(7), dt, B, Sq, Hq, D);  // any strides
+  b.dk = TensorView::bshd(addr(8), dt, B, Sk, Hkv, D);
+  b.dv = TensorView::bshd(addr(9), dt, B, Sk, Hkv, D);
+  return b;
+}
+
+std::string error_of(const BackwardArgs& b) {
+  auto st = validate_backward_args(b);
+  return st.ok() ? std::string("OK") : st.error().message();
+}
+
+bool mentions(const std::string& msg, const std::string& what) { return msg.find(what) != std::string::npos; }
+
+const Engine& engine() {
+  static const std::unique_ptr<Engine> e = Engine::create().value();
+  return *e;
+}
+
+// plan_backward's refusal on sm_80, or "OK: <variant>".
+std::pair<Code, std::string> plan_of(const BackwardArgs& b) {
+  auto p = engine().plan_backward(b, "sm_80");
+  return p.ok() ? std::pair{Code::ok, "OK: " + p->variant.name()} : std::pair{p.error().code(), p.error().message()};
+}
+
+const KernelFamily& bwd() { return *find_family("bwd_sm80"); }
+Tiling tiling(int m, int n, int w) { return Tiling(bwd().knobs(), {m, n, w}); }
+
+}  // namespace
+
+TEST_CASE("backward: a valid call validates; its semantics are the forward's, LSE read not written") {
+  const BackwardArgs b = make(DType::bf16, 128);
+  auto p = validate_backward(b);
+  REQUIRE(p.ok());
+  CHECK(p->backward == &b);
+  CHECK(p->args == &b.forward);
+  CHECK(!p->semantics.write_lse);
+  CHECK(p->semantics.head_dim_qk == 128);
+  CHECK(p->semantics.vec == 8);
+  CHECK(!p->empty);
+  auto plan = plan_of(b);
+  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n64w4");
+}
+
+TEST_CASE("backward: each argument rule is named in its error") {
+  BackwardArgs b = make();
+  b.forward.lse.reset();
+  CHECK(mentions(error_of(b), "forward.lse is required"));
+
+  b = make();
+  b.dout.shape[1] = 76;
+  CHECK(mentions(error_of(b), "dout.shape[1] (seq) is 76 but must equal forward.o.shape[1] = 77"));
+
+  b = make();
+  b.dq.dtype = DType::bf16;
+  auto st = validate_backward_args(b);
+  CHECK(st.error().code() == Code::unsupported);
+  CHECK(mentions(st.error().message(), "dq.dtype is bf16 but must equal forward.q.dtype = f16"));
+
+  b = make();
+  b.dk.shape[2] = 2;
+  CHECK(mentions(error_of(b), "dk.shape[2] (heads) is 2 but must equal forward.k.shape[2] = 3"));
+
+  b = make();
+  b.dv.data = b.forward.v.data;  // written over an input
+  CHECK(mentions(error_of(b), "dv must not overlap forward.v in memory"));
+
+  b = make();
+  b.dk.data = b.dq.data;
+  CHECK(mentions(error_of(b), "dq must not overlap dk in memory"));
+
+  b = make();
+  b.dq.stride[1] = 0;  // every row on one address: an output threads would race on
+  CHECK(mentions(error_of(b), "dq"));
+
+  b = make();
+  b.forward.workspace = {const_cast<void*>(addr(10)), 1024};
+  CHECK(mentions(error_of(b), "forward.workspace must be empty"));
+
+  b = make();
+  b.workspace = {nullptr, 4096};
+  CHECK(mentions(error_of(b), "workspace.bytes is 4096 but workspace.data is null"));
+
+  b = make();
+  b.workspace = {reinterpret_cast<void*>(0x7f0000000010ull), 4096};
+  CHECK(mentions(error_of(b), "workspace.data must be 256-byte aligned"));
+
+  b = make();
+  b.forward.q.shape[3] = 300;  // the forward's own rules, prefixed with where they apply
+  CHECK(mentions(error_of(b), "forward: "));
+}
+
+TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argument") {
+  struct Case {
+    const char* what;
+    void (*set)(BackwardArgs&);
+    const char* needle;
+  };
+  const Case cases[] = {
+      {"gqa", [](BackwardArgs& b) { b = make(DType::f16, 64, 77, 130, 6, 3); }, "k.shape[2]"},
+      {"fp32", [](BackwardArgs& b) { b = make(DType::f32); }, "q.dtype"},
+      {"head dim 96", [](BackwardArgs& b) { b = make(DType::f16, 96); }, "head_dim"},
+      {"head dim 256", [](BackwardArgs& b) { b = make(DType::f16, 256); }, "head_dim"},
+      {"window", [](BackwardArgs& b) { b.forward.window = Window{16, 0}; }, "window"},
+      {"softcap", [](BackwardArgs& b) { b.forward.softcap = 30.f; }, "softcap"},
+      {"alibi", [](BackwardArgs& b) { b.forward.alibi = Alibi{faddr(11), 0}; }, "alibi"},
+      {"sinks", [](BackwardArgs& b) { b.forward.sinks = faddr(11); }, "sinks"},
+      {"kv_lens", [](BackwardArgs& b) { b.forward.kv_lens = reinterpret_cast<const std::int32_t*>(addr(11)); }, "kv_lens"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    BackwardArgs b = make();
+    c.set(b);
+    REQUIRE(validate_backward_args(b).ok());  // a valid forward call: the backward family refuses it
+    const auto [code, msg] = plan_of(b);
+    INFO(msg);
+    CHECK(code == Code::unsupported);
+    CHECK(mentions(msg, "no backward kernel family serves"));
+    CHECK(mentions(msg, c.needle));
+  }
+  BackwardArgs b = make();
+  b.deterministic = true;
+  CHECK(validate_backward_args(b).error().code() == Code::unsupported);
+  CHECK(mentions(error_of(b), "deterministic"));
+  b = make();
+  b.dsinks = faddr(11);
+  CHECK(validate_backward_args(b).error().code() == Code::unsupported);
+  CHECK(mentions(error_of(b), "dsinks"));
+  // Before Ampere nothing serves it.
+  auto old = engine().plan_backward(make(), "sm_75");
+  CHECK(old.error().code() == Code::unsupported);
+}
+
+TEST_CASE("backward: forward calls never plan the backward family, and the reverse") {
+  const BackwardArgs b = make();
+  auto fwd = engine().plan(b.forward, "sm_80");
+  REQUIRE(fwd.ok());
+  CHECK(fwd->variant.family != "bwd_sm80");
+  for (const KernelFamily* f : kernel_families()) CHECK(f->pass() == Pass::forward);
+  REQUIRE(kernel_families(Pass::backward).size() == 1);
+  CHECK(kernel_families(Pass::backward)[0] == &bwd());
+  CHECK(find_family("bwd_sm80") == &bwd());
+}
+
+TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
+  const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
+  CHECK(bwd().check_tiling(s, tiling(64, 64, 4)).ok());
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 8)).error().message(), "BLOCK_N must be a multiple of 16 x warps"));
+  CHECK(mentions(bwd().check_tiling(s, tiling(48, 64, 4)).error().message(), "BLOCK_M must be a multiple of 16 x warps"));
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 0)).error().message(), "warps"));
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 256, 4)).error().message(), "at most 128"));
+  for (const char* arch : {"sm_80", "sm_86", "sm_90a"}) {
+    const Arch a = Arch::parse(arch).value();
+    const auto candidates = bwd().candidate_tilings(a, s);
+    CHECK(!candidates.empty());
+    for (const Tiling& t : candidates) CHECK(check_variant({"bwd_sm80", s, t}, a).ok());
+    CHECK(check_variant({"bwd_sm80", s, bwd().default_tiling(a, s, nullptr)}, a).ok());
+  }
+}
+
+TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {
+  const BackwardArgs b = make(DType::f16, 64);
+  const AttentionProblem p = validate_backward(b).value();
+  const KernelVariant v{"bwd_sm80", p.semantics, tiling(64, 64, 4)};
+  WorkspaceMeter meter;
+  LaunchPlan plan;
+  REQUIRE(bwd().plan(p, v, DeviceContextInfo{}, meter, plan).ok());
+  REQUIRE(plan.count == 3);
+  // 77 rows -> 2 Q blocks of 64 (128 rows in the workspace); 130 keys -> 3 K/V blocks.
+  CHECK(plan.kernels[0].grid.x == 2);
+  CHECK(plan.kernels[1].grid.x == 3);
+  CHECK(plan.kernels[2].grid.x == 2);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(plan.kernels[i].entry == i);
+    CHECK(plan.kernels[i].grid.y == 3);
+    CHECK(plan.kernels[i].grid.z == 2);
+    CHECK(plan.kernels[i].block.x == 128);
+    const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[i].params.bytes);
+    CHECK(bp->seqlen_q_rounded == 128);
+    CHECK(bp->fwd.lse == b.forward.lse->data);
+    CHECK(bp->dq_stride[1] == 64);  // dq is [B,H,S,D] storage
+    CHECK(bp->scale == doctest::Approx(0.125));
+  }
+  // dQ accumulator: 2 x 3 x 128 rows x 64 floats, then D: 768 floats, each 256-byte aligned.
+  CHECK(meter.bytes() == 2 * 3 * 128 * 64 * 4 + 3072);
+
+  // No query rows: only the main kernel, which writes dk = dv = 0; no workspace.
+  const BackwardArgs none = make(DType::f16, 64, 0, 130);
+  const AttentionProblem p0 = validate_backward(none).value();
+  CHECK(!p0.empty);
+  WorkspaceMeter meter0;
+  LaunchPlan plan0;
+  REQUIRE(bwd().plan(p0, {"bwd_sm80", p0.semantics, tiling(64, 64, 4)}, DeviceContextInfo{}, meter0, plan0).ok());
+  REQUIRE(plan0.count == 1);
+  CHECK(plan0.kernels[0].entry == 1);
+  CHECK(meter0.bytes() == 0);
+  // No keys: preprocess and convert write dq = 0.
+  const AttentionProblem pk = validate_backward(make(DType::f16, 64, 77, 0)).value();
+  LaunchPlan plank;
+  NoWorkspace nw;
+  REQUIRE(bwd().plan(pk, {"bwd_sm80", pk.semantics, tiling(64, 64, 4)}, DeviceContextInfo{}, nw, plank).ok());
+  REQUIRE(plank.count == 2);
+  CHECK(plank.kernels[0].entry == 0);
+  CHECK(plank.kernels[1].entry == 2);
+  // Neither: nothing to do.
+  CHECK(validate_backward(make(DType::f16, 64, 0, 0)).value().empty);
+}
+
+TEST_CASE("backward: a strided head dim narrows vec for every view the kernels touch") {
+  BackwardArgs b = make();
+  b.dk.stride[3] = 2;
+  b.dk.stride[2] *= 2, b.dk.stride[1] *= 2, b.dk.stride[0] *= 2;
+  CHECK(validate_backward(b).value().semantics.vec == 1);
+  b = make();
+  b.dout.data = static_cast<const char*>(b.dout.data) + 4;  // 4-byte aligned: two f16 a load
+  CHECK(validate_backward(b).value().semantics.vec == 2);
+}

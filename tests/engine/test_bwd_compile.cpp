@@ -1,0 +1,121 @@
+// Every bwd_sm80 variant the first cut serves (f16/bf16 x head dim 64/128 x causal or not), on
+// every candidate tiling and the default, compiles through the engine's path (check_variant,
+// render_source, NVRTC with the engine's options) for sm_80 and sm_90a with no GPU, and its
+// cubin exports the three entry points the launch plan names. tests/templates/compile_bwd_check.py
+// adds the register and spill report.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <mutex>
+
+#include "compiler.hpp"
+#include "flashjit/flashjit.hpp"
+#include "kernel_family.hpp"
+#include "kernel_source.hpp"
+
+using namespace flashjit;
+
+namespace {
+
+const KernelFamily& bwd() { return *find_family("bwd_sm80"); }
+
+Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8) {
+  Semantics s;
+  s.dtype = dt;
+  s.head_dim_qk = s.head_dim_v = d;
+  s.mask = m;
+  s.vec = vec;
+  return s;
+}
+
+// Compiles on two threads (CI has two cores); each failure is reported with its log.
+std::vector<std::string> compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::size_t next = 0;
+  auto worker = [&] {
+    for (;;) {
+      std::size_t i;
+      {
+        std::lock_guard lock(mu);
+        if (next == jobs.size()) return;
+        i = next++;
+      }
+      const auto& [v, arch] = jobs[i];
+      std::string failure;
+      if (auto st = check_variant(v, arch); !st.ok()) {
+        failure = st.error().to_string();
+      } else if (auto r = compile_cubin({v.code_name(), render_source(bwd(), v), arch}); !r.ok()) {
+        failure = r.error().to_string();
+      } else {
+        for (const EntryPoint& e : bwd().entry_points(v))
+          if (r->cubin.find(e.name) == std::string::npos) failure += std::string("no entry point ") + e.name + "; ";
+      }
+      if (!failure.empty()) {
+        std::lock_guard lock(mu);
+        failures.push_back(v.name() + " for " + arch.name() + ": " + failure);
+      }
+    }
+  };
+  auto second = std::async(std::launch::async, worker);
+  worker();
+  second.get();
+  return failures;
+}
+
+}  // namespace
+
+TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and sm_90a") {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<KernelVariant, Arch>> jobs;
+  for (const char* arch_name : {"sm_80", "sm_90a"}) {
+    const Arch arch = Arch::parse(arch_name).value();
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal}) {
+          const Semantics s = backward_semantics(dt, d, m);
+          REQUIRE(bwd().refusal(arch, s, nullptr) == nullptr);
+          std::vector<Tiling> tilings = bwd().candidate_tilings(arch, s);
+          const Tiling def = bwd().default_tiling(arch, s, nullptr);
+          if (std::find(tilings.begin(), tilings.end(), def) == tilings.end()) tilings.push_back(def);
+          for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
+        }
+    // Narrow accesses (a strided head dim; 4-byte aligned views) take the copies' other paths.
+    for (int vec : {1, 2}) {
+      const Semantics s = backward_semantics(DType::bf16, 64, Mask::causal, vec);
+      jobs.push_back({{"bwd_sm80", s, bwd().default_tiling(arch, s, nullptr)}, arch});
+    }
+  }
+  const auto failures = compile_all(jobs);
+  for (const auto& f : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, f);
+  CHECK(failures.empty());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("bwd_sm80: compiled %zu variants in %.1f s (2 threads)\n", jobs.size(), s);
+}
+
+TEST_CASE("bwd_sm80: Engine::compile builds the variant plan_backward names, without a GPU") {
+  EngineOptions o;
+  o.disk_cache = false;
+  auto engine = Engine::create(o).value();
+  BackwardArgs b;
+  auto fake = [](std::uintptr_t slot) { return reinterpret_cast<const void*>(0x7f0000000000ull + (slot << 32)); };
+  b.forward.q = TensorView::bshd(fake(1), DType::f16, 1, 33, 2, 128);
+  b.forward.k = TensorView::bshd(fake(2), DType::f16, 1, 50, 2, 128);
+  b.forward.v = TensorView::bshd(fake(3), DType::f16, 1, 50, 2, 128);
+  b.forward.o = TensorView::bshd(fake(4), DType::f16, 1, 33, 2, 128);
+  b.forward.lse = LseView::contiguous(reinterpret_cast<float*>(const_cast<void*>(fake(5))), 1, 2, 33);
+  b.forward.mask = Mask::causal;
+  b.dout = TensorView::bshd(fake(6), DType::f16, 1, 33, 2, 128);
+  b.dq = TensorView::bshd(fake(7), DType::f16, 1, 33, 2, 128);
+  b.dk = TensorView::bshd(fake(8), DType::f16, 1, 50, 2, 128);
+  b.dv = TensorView::bshd(fake(9), DType::f16, 1, 50, 2, 128);
+  auto plan = engine->plan_backward(b, "sm_80");
+  REQUIRE_MESSAGE(plan.ok(), (plan.ok() ? "" : plan.error().to_string()));
+  CHECK(plan->variant.family == "bwd_sm80");
+  auto r = engine->compile(plan->variant, "sm_80");
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().to_string()));
+  CHECK(r->cubin_bytes > 1000);
+}

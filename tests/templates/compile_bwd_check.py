@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Compiles the bwd_sm80 kernels (templates/bwd_sm80/family.cu: preprocess, main, convert) with
+NVRTC for sm_80 and sm_90a, the way the engine would, and reports each kernel's registers and
+spills from ptxas's -v log. CPU only: no GPU, no build of the project.
+
+Mirrors the engine:
+  - the source is what engine/src/kernel_source.cpp's render_source writes: every semantics
+    constant (parsed from FLASHJIT_SEMANTICS_FIELDS in engine/include/flashjit/variant.hpp, in its
+    order, with its defaults), then the tiling constants, then #include of the entry template;
+  - every file under templates/ (*.cu, *.cuh) is handed to nvrtcCreateProgram as a header named by
+    its path relative to templates/, as cmake/EmbedTemplates.cmake embeds them and
+    engine/src/compiler.cpp passes them;
+  - the options are engine/src/compiler.cpp's compile_options (--gpu-architecture, --std=c++17,
+    -DNDEBUG, --no-source-include), plus --ptxas-options=-v for the resource report only.
+
+Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--nvrtc PATH]
+Exit status 0 when every variant compiles without spills, 1 otherwise.
+"""
+import argparse
+import ctypes
+import os
+import re
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TEMPLATES = os.path.join(ROOT, "templates")
+VARIANT_HPP = os.path.join(ROOT, "engine", "include", "flashjit", "variant.hpp")
+ENTRY = "bwd_sm80/family.cu"
+KERNELS = ("flashjit_bwd_preprocess", "flashjit_bwd_main", "flashjit_bwd_convert")
+ENUMS = {"DType": {"f16": 0, "bf16": 1, "f32": 2}, "Mask": {"none": 0, "causal": 1},
+         "Fp32Math": {"exact": 0, "tf32": 1}}
+
+
+def semantics_fields():
+    """(type, field, default, constant) rows of FLASHJIT_SEMANTICS_FIELDS, in declaration order."""
+    text = open(VARIANT_HPP).read()
+    block = text[text.index("#define FLASHJIT_SEMANTICS_FIELDS"):]
+    block = block[:block.index("\n\n")]
+    rows = re.findall(r'X\((\w+),\s*(\w+),\s*([\w:]+),\s*"(\w+)"', block)
+    if not rows:
+        sys.exit("could not parse FLASHJIT_SEMANTICS_FIELDS in " + VARIANT_HPP)
+    return rows
+
+
+def render(semantics, tiling, name):
+    """engine/src/kernel_source.cpp's render_source, for one variant."""
+    out = ["// flashjit kernel " + name, "namespace fj { namespace cfg {", "// Semantics: change results."]
+    for typ, field, default, constant in semantics_fields():
+        value = semantics.get(field, default.split("::")[-1] if "::" in default else default)
+        if typ == "bool":
+            out.append("constexpr bool %s = %s;" % (constant, "true" if value in (True, "true") else "false"))
+        elif typ == "int":
+            out.append("constexpr int %s = %d;" % (constant, int(value)))
+        else:
+            out.append("constexpr int %s = %d;  // %s" % (constant, ENUMS[typ][value], value))
+    out.append("// Tiling: changes speed only.")
+    for constant, value in tiling:
+        out.append("constexpr int %s = %d;" % (constant, value))
+    out += ["} }  // namespace fj::cfg", '#include "%s"' % ENTRY, ""]
+    return "\n".join(out)
+
+
+def template_headers():
+    names, texts = [], []
+    for dirpath, _, files in os.walk(TEMPLATES):
+        for f in files:
+            if f.endswith(".cu") or f.endswith(".cuh"):
+                path = os.path.join(dirpath, f)
+                names.append(os.path.relpath(path, TEMPLATES).replace(os.sep, "/"))
+                texts.append(open(path, "rb").read())
+    order = sorted(range(len(names)), key=lambda i: names[i])
+    return [names[i] for i in order], [texts[i] for i in order]
+
+
+class Nvrtc:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        self.version = "%d.%d" % (major.value, minor.value)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+
+    def compile(self, source, name, headers, options):
+        names, texts = headers
+        prog = ctypes.c_void_p()
+        n = len(names)
+        c_texts = (ctypes.c_char_p * n)(*texts)
+        c_names = (ctypes.c_char_p * n)(*[x.encode() for x in names])
+        r = self.lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), (name + ".cu").encode(), n, c_texts, c_names)
+        if r:
+            return False, "nvrtcCreateProgram: " + self.lib.nvrtcGetErrorString(r).decode(), 0.0
+        c_opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+        t0 = time.perf_counter()
+        r = self.lib.nvrtcCompileProgram(prog, len(options), c_opts)
+        seconds = time.perf_counter() - t0
+        size = ctypes.c_size_t()
+        self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        self.lib.nvrtcGetProgramLog(prog, log)
+        ok = r == 0
+        if ok:
+            cubin_size = ctypes.c_size_t()
+            ok = self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(cubin_size)) == 0 and cubin_size.value > 0
+        self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        return ok, log.value.decode(errors="replace"), seconds
+
+
+def compile_options(arch):
+    """engine/src/compiler.cpp's compile_options, plus the resource report."""
+    opts = ["--gpu-architecture=" + arch, "--std=c++17", "-DNDEBUG", "--no-source-include"]
+    opts += os.environ.get("FLASHJIT_NVRTC_OPTIONS", "").split()
+    return opts + ["--ptxas-options=-v"]
+
+
+def resources(log):
+    """{kernel: (registers, spill store bytes, spill load bytes, shared bytes)} from ptxas -v."""
+    out = {}
+    for k in KERNELS:
+        m = re.search(r"Function properties for %s\s*\n[^\n]*?(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                      r"(\d+) bytes spill loads" % k, log)
+        u = re.search(r"Compiling entry function '%s'.*?Used (\d+) registers" % k, log, re.S)
+        if m and u:
+            out[k] = (int(u.group(1)), int(m.group(2)), int(m.group(3)))
+        elif "Compiling entry function '%s'" % k in log:
+            out[k] = None  # compiled, but the report did not parse
+    return out
+
+
+def variants(quick):
+    # The tilings the host would pick first (docs/design/backward.md): 64 x 64 on 4 warps for
+    # D <= 128 (each warp: 16 keys in the key phase, 16 query rows in the query phase).
+    tilings = {64: [(64, 64, 4), (128, 64, 4)], 128: [(64, 64, 4)]}
+    for dtype in ("f16", "bf16"):
+        for d in (64, 128):
+            for mask in ("none", "causal"):
+                for bm, bn, w in tilings[d][:1] if quick else tilings[d]:
+                    yield ({"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask},
+                           [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w)],
+                           "bwd_sm80_%s_d%d_%s_m%dn%dw%d" % (dtype, d, mask, bm, bn, w))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nvrtc", default="/usr/local/cuda/lib64/libnvrtc.so")
+    ap.add_argument("--quick", action="store_true", help="default tilings only")
+    ap.add_argument("--arch", action="append", help="sm_80 and sm_90a unless given")
+    ap.add_argument("--show-source", action="store_true")
+    args = ap.parse_args()
+    nv = Nvrtc(args.nvrtc)
+    headers = template_headers()
+    print("NVRTC %s, %d template files" % (nv.version, len(headers[0])))
+    failures = 0
+    for arch in args.arch or ["sm_80", "sm_90a"]:
+        for semantics, tiling, name in variants(args.quick):
+            source = render(semantics, tiling, name)
+            if args.show_source:
+                print(source)
+            ok, log, seconds = nv.compile(source, name, headers, compile_options(arch))
+            res = resources(log) if ok else {}
+            line = ", ".join("%s %s" % (k.replace("flashjit_bwd_", ""),
+                                        "%d regs %d/%d B spilled" % res[k] if res[k] else "?") for k in res)
+            spills = any(v and (v[1] or v[2]) for v in res.values())
+            missing = ok and len(res) != len(KERNELS)  # an entry point the engine would look up is absent
+            status = "FAIL" if not ok or missing else ("SPILL" if spills else "ok")
+            print("%-6s %-7s %-40s %6.1f s  %s" % (status, arch, name, seconds, line), flush=True)
+            if not ok:
+                print(log)
+            failures += status != "ok"
+    print("%d failed or spilled" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
