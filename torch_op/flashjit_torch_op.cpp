@@ -88,9 +88,12 @@ std::string dtype_name(int32_t d) {
       {aoti_torch_dtype_float32, "float32"},   {aoti_torch_dtype_float64, "float64"},
       {aoti_torch_dtype_int8, "int8"},         {aoti_torch_dtype_int16, "int16"},
       {aoti_torch_dtype_int32, "int32"},       {aoti_torch_dtype_int64, "int64"},
-      {aoti_torch_dtype_uint8, "uint8"},       {aoti_torch_dtype_bool, "bool"},
+      {aoti_torch_dtype_uint8, "uint8"},       {aoti_torch_dtype_uint16, "uint16"},
+      {aoti_torch_dtype_uint32, "uint32"},     {aoti_torch_dtype_uint64, "uint64"},
+      {aoti_torch_dtype_bool, "bool"},         {aoti_torch_dtype_complex32, "complex32"},
       {aoti_torch_dtype_complex64, "complex64"}, {aoti_torch_dtype_complex128, "complex128"},
-      {aoti_torch_dtype_float8_e4m3fn, "float8_e4m3fn"}, {aoti_torch_dtype_float8_e5m2, "float8_e5m2"}};
+      {aoti_torch_dtype_float8_e4m3fn, "float8_e4m3fn"}, {aoti_torch_dtype_float8_e5m2, "float8_e5m2"},
+      {aoti_torch_dtype_float8_e4m3fnuz, "float8_e4m3fnuz"}, {aoti_torch_dtype_float8_e5m2fnuz, "float8_e5m2fnuz"}};
   for (const auto& [code, name] : names)
     if (code() == d) return name;
   return "dtype " + std::to_string(d);
