@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -118,7 +119,7 @@ constexpr int64_t kAny = -1;  // a shape entry that matches any size
 
 // ops._check_side: a side array on q's device, of its dtype, with this shape and a unit inner stride.
 void check_side(const char* name, const OptTensor& side, const Device& q_device, int32_t dtype,
-                const std::vector<int64_t>& shape) {
+                std::initializer_list<int64_t> list) {
   if (!side) return;
   const Tensor& t = *side;
   const Device device = device_of(t);
@@ -128,6 +129,7 @@ void check_side(const char* name, const OptTensor& side, const Device& q_device,
   const int32_t got = dtype_of(t);
   if (got != dtype) fail(std::string(name) + " must be " + dtype_name(dtype) + ", got " + dtype_name(got));
   const auto sizes = t.sizes();
+  const std::vector<int64_t> shape(list);  // past the common case (no side array) only
   bool ok = sizes.size() == shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] == kAny || sizes[i] == shape[i];
   if (!ok) {
@@ -194,16 +196,15 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTe
 }
 
 // A contiguous tensor (torch.empty) through the AOTI shim: at::empty_strided, no dispatcher lookup.
-Tensor empty(const std::vector<int64_t>& sizes, int32_t dtype, const Device& device) {
-  std::vector<int64_t> strides(sizes.size());
+Tensor empty(const int64_t* sizes, int64_t ndim, int32_t dtype, const Device& device) {
+  int64_t strides[4];
   int64_t stride = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
+  for (int64_t i = ndim; i-- > 0;) {
     strides[i] = stride;
     stride *= sizes[i];
   }
   AtenTensorHandle handle = nullptr;
-  shim(aoti_torch_empty_strided(static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), dtype,
-                                device.type, device.index, &handle),
+  shim(aoti_torch_empty_strided(ndim, sizes, strides, dtype, device.type, device.index, &handle),
        "aoti_torch_empty_strided");
   return Tensor(handle);
 }
@@ -252,15 +253,22 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
   const int32_t dtype = dtype_of(q);
 
   // ops._out_shapes: out is q's shape with v's head_dim; the LSE [batch, heads, seq] or [heads, total].
-  const auto q_sizes = q.sizes();
-  std::vector<int64_t> out_shape(q_sizes.begin(), q_sizes.end());
-  out_shape.back() = v.size(-1);
-  std::vector<int64_t> lse_shape{0};
-  if (return_lse)
-    lse_shape = varlen ? std::vector<int64_t>{q_sizes[1], q_sizes[0]}
-                       : std::vector<int64_t>{q_sizes[0], q_sizes[2], q_sizes[1]};
-  Tensor out = empty(out_shape, dtype, device);
-  Tensor lse = empty(lse_shape, aoti_torch_dtype_float32(), device);
+  const auto q_sizes = q.sizes();  // 3 or 4 dims (checked)
+  const int64_t q_dim = static_cast<int64_t>(q_sizes.size());
+  int64_t out_shape[4];
+  for (int64_t i = 0; i < q_dim; ++i) out_shape[i] = q_sizes[i];
+  out_shape[q_dim - 1] = v.size(-1);
+  int64_t lse_shape[3] = {0, 0, 0};
+  int64_t lse_dim = 1;
+  if (return_lse && varlen) {
+    lse_dim = 2;
+    lse_shape[0] = q_sizes[1], lse_shape[1] = q_sizes[0];
+  } else if (return_lse) {
+    lse_dim = 3;
+    lse_shape[0] = q_sizes[0], lse_shape[1] = q_sizes[2], lse_shape[2] = q_sizes[1];
+  }
+  Tensor out = empty(out_shape, q_dim, dtype, device);
+  Tensor lse = empty(lse_shape, lse_dim, aoti_torch_dtype_float32(), device);
 
   // ops.c_args: flashjit_attention_args_v2 and the option structs it points at.
   flashjit_attention_args_v2 args{};
@@ -339,7 +347,8 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
       if (g_engine.workspace_size(g_engine.engine, &args, stream, &bytes) != FLASHJIT_OK)
         fail(g_engine.last_error());
       if (bytes) {  // from the graph's memory pool, like torch.empty in ops._run
-        workspace = empty({static_cast<int64_t>(bytes)}, aoti_torch_dtype_uint8(), device);
+        const int64_t size = static_cast<int64_t>(bytes);
+        workspace = empty(&size, 1, aoti_torch_dtype_uint8(), device);
         args.workspace = workspace->data_ptr();
         args.workspace_bytes = bytes;
       }
