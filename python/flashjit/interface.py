@@ -40,10 +40,9 @@ def _attention(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                block_table=None, alibi_slopes=None, sinks=None, softmax_scale=None, causal=False, window_size=(-1, -1),
                softcap=0.0, return_lse=False, check=False):
     left, right = _window(window_size, causal)
-    run = ops.attention if ops.direct_call_is_safe((q, k, v, alibi_slopes, sinks)) else torch.ops.flashjit.attention
-    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), kv_lens, block_table,
-               alibi_slopes, sinks, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0),
-               bool(return_lse), bool(check))
+    return ops.call(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), kv_lens, block_table,
+                    alibi_slopes, sinks, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0),
+                    bool(return_lse), bool(check))
 
 
 def _no_dropout(dropout_p):

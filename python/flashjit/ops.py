@@ -2,14 +2,29 @@
 
 Registered with torch.library (a schema, a CUDA implementation through the C ABI, and a fake
 implementation), so torch.compile(fullgraph=True) traces through it, CUDA graphs capture it once
-its variant is warm, and torch.export keeps it. The library is not linked against libtorch: one
+its variant is warm, and torch.export keeps it. libflashjit.so is not linked against libtorch: one
 wheel serves every PyTorch version that has torch.library.custom_op (2.4 and newer).
+
+The CUDA implementation is C++ where it can be (kernel_impl() says which runs): the wheel's
+libflashjit_torch_op.so (torch_op/, on PyTorch's stable ABI, torch 2.10 and newer), loaded with
+torch.ops.load_library and bound to this package's engine, skips the dispatcher's boxed call into
+Python. Without it (not built, torch older than 2.10, FLASHJIT_TORCH_OP=0) the Python kernel
+`attention` below runs, with the same checks, messages and results.
+
+The operator has no autograd formula, so that no Python autograd kernel runs on every call (even
+under no_grad). The public functions (call, and flashjit's FlashAttention-style API on it) record
+a node whose backward raises when grad is enabled and an input requires grad; called directly,
+torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not registered"
+warning on backward instead.
 
 Layouts follow FlashAttention: q, k, v and the output are [batch, seq, heads, head_dim] (any
 strides), or [total_tokens, heads, head_dim] with cu_seqlens (varlen); with block_table, k and v
 are page pools [pages, page_size, heads_kv, head_dim]. The LSE (fp32, natural log) is [batch,
 heads_q, seq_q], or [heads_q, total_q] with varlen; an empty tensor unless asked for.
 """
+import ctypes
+import os
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -167,9 +182,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
     return out, lse
 
 
-_LIBRARY.impl("attention", attention, "CUDA")
-
-
 @torch.library.register_fake("flashjit::attention", lib=_LIBRARY)
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
       softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
@@ -195,15 +207,144 @@ def direct_call_is_safe(tensors):
     return True
 
 
-def _no_backward(ctx, grad_out, grad_lse):
-    raise NotImplementedError(
-        "flashjit has no backward pass yet: gradients through flashjit.attention (and the FlashAttention-style "
-        "API) are not computed. Run the training step with another attention (e.g. "
-        "torch.nn.functional.scaled_dot_product_attention) until flashjit's backward lands.")
+_NO_BACKWARD = ("flashjit has no backward pass yet: gradients through flashjit.attention (and the FlashAttention-style "
+                "API) are not computed. Run the training step with another attention (e.g. "
+                "torch.nn.functional.scaled_dot_product_attention) until flashjit's backward lands.")
 
 
-def _setup_context(ctx, inputs, output):
-    pass
+def _no_backward(ctx, *grads):
+    raise NotImplementedError(_NO_BACKWARD)
 
 
-torch.library.register_autograd("flashjit::attention", _no_backward, setup_context=_setup_context, lib=_LIBRARY)
+# ---- The CUDA kernel: C++ (libflashjit_torch_op.so) when it loads, else the Python one. ----
+
+TORCH_OP_LIBRARY = "libflashjit_torch_op.so"
+_TORCH_OP_VERSION = 1  # flashjit_torch_op_version() this module speaks to
+_TORCH_OP_MIN_TORCH = (2, 10)  # its TORCH_TARGET_VERSION
+
+
+def torch_op_path():
+    """The C++ kernel's library: FLASHJIT_TORCH_OP, else libflashjit_torch_op.so beside the
+    libflashjit.so the package loads; None where FLASHJIT_TORCH_OP is 0 (the Python kernel)."""
+    path = os.environ.get("FLASHJIT_TORCH_OP")
+    if path is not None and path.strip().lower() in ("0", "off", "none", "python"):
+        return None
+    return path or os.path.join(os.path.dirname(_library.library_path()), TORCH_OP_LIBRARY)
+
+
+def _load_cpp_kernel():
+    """Loads the C++ kernel, binds it to the package's engine and registers it for the CUDA key.
+    Returns (the loaded library or None, why the Python kernel runs instead)."""
+    path = torch_op_path()
+    if path is None:
+        return None, "FLASHJIT_TORCH_OP=%s" % os.environ["FLASHJIT_TORCH_OP"]
+    if not os.path.exists(path):
+        return None, "%s not found" % path
+    version = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    if version is None or tuple(int(x) for x in version.groups()) < _TORCH_OP_MIN_TORCH:
+        return None, "torch %s is older than %d.%d" % ((torch.__version__,) + _TORCH_OP_MIN_TORCH)
+    try:
+        lib = _library.get()  # the engine both kernels share
+    except (OSError, FlashjitError) as e:
+        return None, "libflashjit.so did not load (%s)" % e
+    try:
+        torch.ops.load_library(path)
+        op = ctypes.CDLL(path)
+    except OSError as e:
+        return None, "%s did not load (%s)" % (path, e)
+    op.flashjit_torch_op_bind.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int32, ctypes.c_uint64]
+    if op.flashjit_torch_op_version() != _TORCH_OP_VERSION:
+        return None, "%s speaks version %d, this package %d" % (path, op.flashjit_torch_op_version(), _TORCH_OP_VERSION)
+    address = (lambda fn: ctypes.cast(fn, ctypes.c_void_p).value)
+    if lib.abi < 4 or op.flashjit_torch_op_bind(lib.engine, address(lib.flashjit_forward_v2),
+                                                address(lib.flashjit_workspace_size_v2),
+                                                address(lib.flashjit_last_error), lib.abi,
+                                                lib.flashjit_args_v2_size()) != 0:
+        return None, "libflashjit.so (ABI %d) is older than %s" % (lib.abi, path)
+    if op.flashjit_torch_op_register(0, 1) != 0:
+        return None, "%s could not register its kernel" % path
+    return op, None
+
+
+_TORCH_OP, _PYTHON_KERNEL_WHY = _load_cpp_kernel()
+if _TORCH_OP is None:
+    _LIBRARY.impl("attention", attention, "CUDA")
+
+
+def kernel_impl():
+    """Which CUDA kernel torch.ops.flashjit.attention runs: "cpp" (libflashjit_torch_op.so) or
+    "python" (see python_kernel_reason())."""
+    return "python" if _TORCH_OP is None else "cpp"
+
+
+def python_kernel_reason():
+    """Why the Python kernel runs (None where the C++ one does)."""
+    return _PYTHON_KERNEL_WHY
+
+
+# ---- Autograd: off the operator, on the public functions that need it. ----
+
+class _NoBackward(torch.autograd.Function):
+    """The operator as a node of the autograd graph whose backward raises (eager calls that record)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        return _forward(*args)
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        _no_backward(ctx)
+
+
+# torch.compile can't trace _NoBackward through its raising backward (nor with one tensor passed
+# twice, as in self-attention on q): compiled code calls the operator and, where autograd records,
+# passes its outputs through this copy whose backward raises, so that compiling a training step
+# fails as it did with an autograd formula on the operator, rather than dropping the gradients.
+_LIBRARY.define("attention_no_backward(Tensor out, Tensor lse) -> (Tensor, Tensor)")
+
+
+def _copies(out, lse):
+    return out.clone(), lse.clone()
+
+
+_LIBRARY.impl("attention_no_backward", _copies, "CompositeExplicitAutograd")
+torch.library.register_fake("flashjit::attention_no_backward", lib=_LIBRARY)(
+    lambda out, lse: (torch.empty_like(out), torch.empty_like(lse)))
+torch.library.register_autograd("flashjit::attention_no_backward", _no_backward,
+                                setup_context=lambda ctx, inputs, output: None, lib=_LIBRARY)
+
+_OP = torch.ops.flashjit.attention
+
+
+def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes,
+             sinks, *rest):
+    """The operator on a call autograd does not record."""
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks)
+    if _TORCH_OP is None:
+        return (attention if direct_call_is_safe((q, k, v, alibi_slopes, sinks)) else _OP)(*args, *rest)
+    try:
+        return _OP(*args, *rest)
+    except RuntimeError as e:  # the C++ kernel's std::runtime_error: as the Python kernel raises it
+        if type(e) is not RuntimeError:
+            raise
+        raise FlashjitError(str(e)).with_traceback(e.__traceback__) from None
+
+
+def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+         max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
+         alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
+         window_left: int, window_right: int, softcap: float, return_lse: bool,
+         check: bool) -> Tuple[Tensor, Tensor]:
+    """torch.ops.flashjit.attention (same arguments) for flashjit's public functions: the cheapest
+    route to its CUDA kernel, and where autograd records a call, outputs whose backward raises."""
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
+            softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
+                                    (alibi_slopes is not None and alibi_slopes.requires_grad) or
+                                    (sinks is not None and sinks.requires_grad)):
+        if torch.compiler.is_compiling():
+            return torch.ops.flashjit.attention_no_backward(*_OP(*args))
+        return _NoBackward.apply(*args)
+    if torch.compiler.is_compiling():
+        return _OP(*args)
+    return _forward(*args)

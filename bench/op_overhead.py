@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Host time per call through flashjit's operator (issue 23: at most 10 us), on a tiny problem
+(B1 S64 H1 D64 fp16) where the host dominates, under grad mode (inputs that don't require grad),
+no_grad and inference_mode:
+
+  ctypes (prepared)     flashjit_forward_v2 on arguments packed once: the floor
+  op                    torch.ops.flashjit.attention, with the kernel this process loaded
+  flash_attn_func       flashjit's FlashAttention-style API (ops.call)
+  SDPA flash / cuDNN    PyTorch's own, for scale
+
+Each row is the median over --rounds rounds of --calls back-to-back calls, timed on the host
+(perf_counter around the loop, torch.cuda.synchronize before each round and after it); `total`
+adds the final synchronize, so total well above host means the GPU, not the host, set the pace.
+The op and flash_attn_func run twice: with the C++ kernel in this process, and with the Python
+kernel in a child process (FLASHJIT_TORCH_OP=0). "flash_attn_func, q requires grad" is the
+autograd.Function route a training-mode forward takes. Writes JSON to --json."""
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import flashjit  # noqa: E402
+from flashjit import _abi, _library, ops  # noqa: E402
+
+MODES = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+
+
+def per_call_us(fn, calls, rounds):
+    """(host, total) microseconds per call: medians over rounds."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    host, total = [], []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / calls * 1e6)
+        total.append((t2 - t0) / calls * 1e6)
+    host.sort()
+    total.sort()
+    return {"host_us": round(host[len(host) // 2], 3), "total_us": round(total[len(total) // 2], 3),
+            "host_min_us": round(host[0], 3)}
+
+
+def measure(rows, a):
+    q, k, v = (torch.randn(1, 64, 1, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    kernel = ops.kernel_impl()
+    op = torch.ops.flashjit.attention
+    op_args = (q, k, v, None, None, 0, 0, None, None, None, None, 0.0, False, -1, -1, 0.0, False, False)
+    qg = q.clone().requires_grad_()
+    none = contextlib.nullcontext
+    cases = [("op (%s kernel)" % kernel, lambda: op(*op_args), none, MODES),
+             ("flash_attn_func (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(q, k, v), none, MODES),
+             ("flash_attn_func, q requires grad (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(qg, k, v), none,
+              ["grad"])]
+    if not a.op_only:
+        lib = _library.get()
+        prepared = _abi.make_args_v2(q, k, v, torch.empty_like(q))
+        stream = torch.cuda.current_stream().cuda_stream
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        cases.insert(0, ("ctypes (prepared)", lambda: _abi.forward_args(lib, prepared, stream), none, MODES))
+        for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
+            cases.append((name, lambda: F.scaled_dot_product_attention(qt, kt, vt),
+                          lambda backend=backend: sdpa_kernel(backend), MODES))  # entered once per mode
+    for name, fn, outer, modes in cases:
+        rows[name] = {}
+        for mode in modes:
+            try:
+                with outer(), MODES[mode]():
+                    rows[name][mode] = r = per_call_us(fn, a.calls, a.rounds)
+            except RuntimeError as e:  # e.g. a backend this GPU or problem lacks
+                rows[name][mode] = {"error": str(e).splitlines()[0]}
+                print("%-46s %-15s failed: %s" % (name, mode, rows[name][mode]["error"]), flush=True)
+                continue
+            print("%-46s %-15s %8.2f us host  %8.2f us total" % (name, mode, r["host_us"], r["total_us"]), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=2000, help="calls per round")
+    p.add_argument("--rounds", type=int, default=31)
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--op-only", action="store_true", help="only the op and flash_attn_func (the child's part)")
+    p.add_argument("--no-python-kernel", action="store_true", help="skip the child process with the Python kernel")
+    a = p.parse_args()
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "flashjit": _library.version(),
+            "kernel_impl": ops.kernel_impl(), "python_kernel_reason": ops.python_kernel_reason(),
+            "problem": "B1 S64 H1 D64 fp16, no mask", "calls": a.calls, "rounds": a.rounds}
+    print(json.dumps(info), flush=True)
+    rows = {}
+    measure(rows, a)
+    if not a.op_only and not a.no_python_kernel and ops.kernel_impl() == "cpp":
+        env = dict(os.environ, FLASHJIT_TORCH_OP="0")
+        child = os.path.join(os.environ.get("TMPDIR", "/tmp"), "op_overhead_python_kernel.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--op-only", "--calls", str(a.calls), "--rounds",
+               str(a.rounds), "--json", child]
+        subprocess.run(cmd, env=env, check=True)
+        with open(child) as f:
+            rows.update(json.load(f)["rows"])
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(info, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
