@@ -17,6 +17,7 @@ py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -c "import torch, pytest" 2>/dev/null || "$py" -m pip install -q "torch>=2.4" pytest
 "$py" -c "import transformers" 2>/dev/null || "$py" -m pip install -q "transformers==5.17.0"
+"$py" -c "import matplotlib" 2>/dev/null || "$py" -m pip install -q matplotlib  # flashjit.bench's plot
 "$py" -m pip install -q .
 # From outside the checkout, so `import flashjit` is the installed package, not python/.
 root=$PWD
