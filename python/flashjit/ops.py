@@ -143,7 +143,8 @@ _SCHEMA = ("attention(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor
            "bool check) -> (Tensor, Tensor)")
 
 # Defined with torch.library.Library rather than torch.library.custom_op: the same operator to
-# torch.compile, export and CUDA graphs, at about a third of custom_op's dispatch time per call.
+# torch.compile, export and CUDA graphs, with less dispatch per call (on an H200 host the call
+# went from 66 to 53 us, bench/NOTES.md entry 23; still far above the C ABI's 5).
 _LIBRARY = torch.library.Library("flashjit", "DEF")
 _LIBRARY.define(_SCHEMA)
 
