@@ -17,6 +17,7 @@ py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
 "$py" -c "import torch, pytest" 2>/dev/null || "$py" -m pip install -q "torch>=2.4" pytest
 "$py" -c "import transformers" 2>/dev/null || "$py" -m pip install -q "transformers==5.17.0"
+"$py" -c "import matplotlib" 2>/dev/null || "$py" -m pip install -q matplotlib  # flashjit.bench's plot
 # The wheel with torch.ops.flashjit.attention's C++ kernel (torch_op/), built against the venv's
 # torch (pip builds in an isolated environment without it); the tests then require it in use.
 "$py" -m pip install -q . -Ccmake.define.FLASHJIT_TORCH_PYTHON="$py" -Ccmake.define.FLASHJIT_BUILD_TORCH_OP=ON

@@ -1,0 +1,30 @@
+"""python -m flashjit.bench without a GPU: its command line and its plot from made-up cells (the
+timing runs on the device)."""
+import pytest
+
+from flashjit import bench
+
+
+def test_help_names_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for option in ("--dtype", "--d", "--s", "--causal", "--backends", "--rounds", "--out", "--json"):
+        assert option in text
+
+
+def test_an_unknown_backend_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--backends", "flashjit,triton"])
+    assert e.value.code == 2
+    assert "--backends: unknown triton" in capsys.readouterr().err
+
+
+def test_plot_writes_one_panel_per_head_dim(tmp_path):
+    pytest.importorskip("matplotlib")
+    cells = [{"head_dim": d, "seq": s, "causal": c, "tflops": {"flashjit": 300.0 + d, "sdpa-cudnn": 280.0}}
+             for d in (64, 128) for s in (512, 4096) for c in (False, True)]
+    path = tmp_path / "plot.png"
+    bench.plot(cells, str(path), "made-up cells")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
