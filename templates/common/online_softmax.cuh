@@ -54,40 +54,80 @@ struct OnlineSoftmax {
   // GEMM: scores to probabilities and the running max and sums moved; the factor O must be
   // multiplied by is left in alpha, and the return value says whether any row of the warp needs it.
   FJ_DEVICE bool probabilities(float (&s)[kMTiles][kNTilesS][4], float scale_log2, float (&alpha)[kMTiles][2]) {
-    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
     bool any_rescale = false;
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
+    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = neg_inf();
+        any_rescale |= move_row_max(s, mt, h, scale_log2, alpha);
+        exponentiate_row<0, kNTilesS>(s, mt, h, scale_log2);
+      }
+    return __any_sync(0xffffffffu, any_rescale);
+  }
+
+  // probabilities() in parts, for a kernel that waits for O's GEMM between them and multiplies O
+  // by alpha (rescale_all) among the exponentials of later columns, where the multiplies may fill
+  // the issue slots the exponentials' latency leaves: every row's max moved, then the
+  // probabilities of n8 tiles [kFrom, kTo).
+  FJ_DEVICE void move_max(const float (&s)[kMTiles][kNTilesS][4], float scale_log2, float (&alpha)[kMTiles][2]) {
 #pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-        mx = quad_max(mx);
-        const float old = row_max[mt][h];
-        const bool move = mx != neg_inf() && (old == neg_inf() || (mx - old) * scale_log2 > kRescaleThreshold);
-        alpha[mt][h] = 1.f;
-        if (move) {
-          alpha[mt][h] = exp2_approx((old - mx) * scale_log2);  // 0 when old is -inf
-          row_max[mt][h] = mx;
-          row_sum[mt][h] *= alpha[mt][h];
-          any_rescale = true;
-        }
-        const float shift = row_max[mt][h] == neg_inf() ? 0.f : row_max[mt][h] * scale_log2;
-        float sum = 0.f;
+    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kNTilesS; ++nt) {
+      for (int h = 0; h < 2; ++h) move_row_max(s, mt, h, scale_log2, alpha);
+  }
+  template <int kFrom, int kTo>
+  FJ_DEVICE void exponentiate(float (&s)[kMTiles][kNTilesS][4], float scale_log2) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
-            s[mt][nt][2 * h + e] = p;
-            sum += p;
-          }
-        }
-        row_sum[mt][h] += sum;
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) exponentiate_row<kFrom, kTo>(s, mt, h, scale_log2);
+  }
+
+  // Row (mt, h)'s max moved to the tile's where that is larger (its sum scaled by alpha);
+  // whether it moved.
+  FJ_DEVICE bool move_row_max(const float (&s)[kMTiles][kNTilesS][4], int mt, int h, float scale_log2,
+                              float (&alpha)[kMTiles][2]) {
+    constexpr float kRescaleThreshold = FJ_LAZY_RESCALE ? 8.f : 0.f;
+    float mx = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < kNTilesS; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+    mx = quad_max(mx);
+    const float old = row_max[mt][h];
+    const bool move = mx != neg_inf() && (old == neg_inf() || (mx - old) * scale_log2 > kRescaleThreshold);
+    alpha[mt][h] = 1.f;
+    if (move) {
+      alpha[mt][h] = exp2_approx((old - mx) * scale_log2);  // 0 when old is -inf
+      row_max[mt][h] = mx;
+      row_sum[mt][h] *= alpha[mt][h];
+    }
+    return move;
+  }
+
+  // Row (mt, h)'s probabilities in n8 tiles [kFrom, kTo), relative to its max, added to its sum.
+  template <int kFrom, int kTo>
+  FJ_DEVICE void exponentiate_row(float (&s)[kMTiles][kNTilesS][4], int mt, int h, float scale_log2) {
+    const float shift = row_max[mt][h] == neg_inf() ? 0.f : row_max[mt][h] * scale_log2;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = kFrom; nt < kTo; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float p = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -shift));
+        s[mt][nt][2 * h + e] = p;
+        sum += p;
       }
     }
-    return __any_sync(0xffffffffu, any_rescale);
+    row_sum[mt][h] += sum;
+  }
+
+  // O times alpha, every element, with no branch (a multiply by 1 where the max stayed).
+  FJ_DEVICE void rescale_all(float (&o)[kMTiles][kNTilesO][4], const float (&alpha)[kMTiles][2]) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTilesO; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[mt][nt][i] *= alpha[mt][i / 2];
   }
 
   // update()'s second half. Warp-uniform: skips the multiply over all of O (or, kVotePerHalf, a

@@ -77,6 +77,16 @@ constexpr bool kSoftmaxUnderPV = kConsumers <= 2;
 // above D = 128, where O is largest, +1.6% on top of the overlap above (H200, D = 256 grid);
 // at D = 128 0.993, within noise of none (entry 24).
 constexpr bool kRescaleVotePerHalf = kDV > 128;
+// Whether O's rescale runs unconditionally among the second half of the tile's exponentials
+// (OnlineSoftmax::rescale_all, its multiplies in the issue slots the exponentials leave) instead
+// of after them behind a vote: at D = 64, where O is 32 registers, +2.4% (H200, bf16/fp16 grid,
+// one consumer or three; bench/NOTES.md entry 24); at D = 128 -0.8%. FJ_RESCALE_AMONG_EXPS=0/1
+// overrides the rule for A/B timing.
+#ifdef FJ_RESCALE_AMONG_EXPS
+constexpr bool kRescaleAmongExps = FJ_RESCALE_AMONG_EXPS;
+#else
+constexpr bool kRescaleAmongExps = kDV <= 64;
+#endif
 
 // Named barriers 1..kConsumers (0 is __syncthreads): consumer c waits on kTurnBarrier + c for
 // its turn, which the consumer before it completes: two warpgroups per barrier.

@@ -180,15 +180,30 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
     kv.release_k(stage);
     rows.prepare(s, (first_tile + j) * kBlockN);
     float alpha[1][2];
-    const bool any_rescale = sm.probabilities(c_tiles(s), rows.score_scale, alpha);
-    // P.V_{j-1} ran under the softmax: wait for it only now (see kSoftmaxUnderPV).
-    if constexpr (kSoftmaxUnderPV)
-      wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
-    else
-      wgmma_wait<0>();
-    fence_registers(o);
-    kv.release_v(prev);
-    sm.rescale(c_tiles(o), alpha, any_rescale);
+    if constexpr (kRescaleAmongExps) {
+      // The first columns' exponentials under P.V_{j-1}, then O's multiplies among the rest.
+      constexpr int kSplit = kNTilesS / 2;
+      sm.move_max(c_tiles(s), rows.score_scale, alpha);
+      sm.template exponentiate<0, kSplit>(c_tiles(s), rows.score_scale);
+      if constexpr (kSoftmaxUnderPV)
+        wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
+      else
+        wgmma_wait<0>();
+      fence_registers(o);
+      kv.release_v(prev);
+      sm.rescale_all(c_tiles(o), alpha);
+      sm.template exponentiate<kSplit, kNTilesS>(c_tiles(s), rows.score_scale);
+    } else {
+      const bool any_rescale = sm.probabilities(c_tiles(s), rows.score_scale, alpha);
+      // P.V_{j-1} ran under the softmax: wait for it only now (see kSoftmaxUnderPV).
+      if constexpr (kSoftmaxUnderPV)
+        wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
+      else
+        wgmma_wait<0>();
+      fence_registers(o);
+      kv.release_v(prev);
+      sm.rescale(c_tiles(o), alpha, any_rescale);
+    }
     pack_probabilities(s, pa);
   }
   {
