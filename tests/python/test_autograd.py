@@ -247,3 +247,47 @@ def test_compiled_aot_graph_calls_the_backward_operator(cpu_kernels, cpu_fakes):
     assert any("flashjit.attention_train" in t for t in seen[0])
     assert any("flashjit.attention_backward" in t for t in seen[1])
     assert q.grad is not None
+
+
+# ---- attention_backward's CUDA kernel on CPU tensors, with the library call recorded ----
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_backward_kernel_packs_the_forward_and_the_gradients(monkeypatch, varlen):
+    seen = []
+
+    class Stream:
+        cuda_stream = 1234
+
+    def record(lib, args, stream, device):
+        f = args.forward.contents
+        seen.append(dict(stream=stream, flags=args.flags, workspace=args.workspace, mask=f.mask,
+                         scale=f.softmax_scale, lse=f.lse.contents.data, o=f.o.data, q=f.q.data,
+                         varlen=bool(f.varlen), dout=(args.dout.data, list(args.dout.shape)),
+                         dq=(args.dq.data, list(args.dq.shape), list(args.dq.stride)),
+                         dk=(args.dk.data, list(args.dk.shape)), dv=(args.dv.data, list(args.dv.shape))))
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: None)
+    monkeypatch.setattr(ops, "_run_backward", record)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(_library, "get", lambda: None)
+    if varlen:
+        q = torch.randn(50, 4, 128, dtype=torch.float16)[:, :2]  # a strided view
+        kv = torch.randn(70, 2, 128, dtype=torch.float16)
+        cu_q, cu_k = torch.tensor([0, 20, 50], dtype=torch.int32), torch.tensor([0, 30, 70], dtype=torch.int32)
+        lse = torch.empty(2, 50)
+        side = (cu_q, cu_k, 30, 40)
+    else:
+        q = torch.randn(2, 25, 4, 128, dtype=torch.float16)[:, :, :2]
+        kv = torch.randn(2, 35, 2, 128, dtype=torch.float16)
+        lse = torch.empty(2, 2, 25)
+        side = (None, None, 0, 0)
+    out, dout = torch.randn(q.shape, dtype=torch.float16), torch.ones(1, dtype=torch.float16).expand(q.shape)
+    dq, dk, dv = ops.attention_backward(dout, q, kv, kv, out, lse, *side, None, None, None, None, 0.25, True, -1, 0,
+                                        0.0, False)
+    assert dq.shape == q.shape and dk.shape == dv.shape == kv.shape and dq.is_contiguous()
+    (s,) = seen
+    lead = [1] if varlen else []
+    assert s["stream"] == 1234 and s["flags"] == 0 and not s["workspace"] and s["mask"] == 1 and s["scale"] == 0.25
+    assert (s["q"], s["o"], s["lse"], s["varlen"]) == (q.data_ptr(), out.data_ptr(), lse.data_ptr(), varlen)
+    assert s["dout"][1] == lead + list(q.shape)  # the expanded gradient, made contiguous
+    assert s["dq"] == (dq.data_ptr(), lead + list(q.shape), ([dq.numel()] if varlen else []) + list(dq.stride()))
+    assert s["dk"] == (dk.data_ptr(), lead + list(kv.shape)) and s["dv"] == (dv.data_ptr(), lead + list(kv.shape))
