@@ -62,8 +62,18 @@ class ArgsV2(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
+class BackwardArgsV1(ctypes.Structure):
+    """flashjit_backward_args_v1 (ABI version 5): size-prefixed like ArgsV2, pointing at the
+    forward's ArgsV2."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("abi_version", ctypes.c_uint32),
+                ("forward", ctypes.POINTER(ArgsV2)), ("dout", Tensor), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
+                ("dsinks", ctypes.c_void_p), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
+
+
 ABI_VERSION = 5
 CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
+DETERMINISTIC = 1  # flashjit_backward_args_v1.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
 
 
@@ -90,6 +100,17 @@ def load(path=None):
         if lib.abi >= 4:
             lib.flashjit_workspace_size_v2.argtypes = [ctypes.c_void_p, ctypes.POINTER(ArgsV2), ctypes.c_void_p,
                                                        ctypes.POINTER(ctypes.c_uint64)]
+        if lib.abi >= 5:
+            bwd = ctypes.POINTER(BackwardArgsV1)
+            lib.flashjit_backward_v1.argtypes = [ctypes.c_void_p, bwd, ctypes.c_void_p]
+            lib.flashjit_backward_workspace_size_v1.argtypes = [ctypes.c_void_p, bwd, ctypes.c_void_p,
+                                                                ctypes.POINTER(ctypes.c_uint64)]
+            lib.flashjit_precompile_backward_v1.argtypes = [ctypes.c_void_p, bwd, ctypes.c_char_p, ctypes.c_char_p,
+                                                            ctypes.c_uint64]
+            lib.flashjit_backward_args_v1_size.restype = ctypes.c_uint64
+            if lib.flashjit_backward_args_v1_size() < ctypes.sizeof(BackwardArgsV1):
+                raise FlashjitError("flashjit_backward_args_v1 is %d bytes in the library, %d here: update the library"
+                                    % (lib.flashjit_backward_args_v1_size(), ctypes.sizeof(BackwardArgsV1)))
         if lib.flashjit_args_v2_size() < ctypes.sizeof(ArgsV2):
             raise FlashjitError("flashjit_attention_args_v2 is %d bytes in the library, %d here: update the library"
                                 % (lib.flashjit_args_v2_size(), ctypes.sizeof(ArgsV2)))
@@ -232,6 +253,56 @@ def workspace_size(lib, args, stream=0):
     if lib.flashjit_workspace_size_v2(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream), ctypes.byref(size)) != 0:
         raise FlashjitError(lib.flashjit_last_error().decode())
     return size.value
+
+
+# BackwardArgsV1 packed with one struct.pack_into, as ArgsV2 is; the forward's ArgsV2 (from
+# make_args_v2) keeps its own buffer, which the backward's struct points at.
+_BWD_OFFSETS, _BWD_STRUCT = _packed_layout((BackwardArgsV1,))
+_BWD_BUFFER = ctypes.c_char * _BWD_STRUCT.size
+
+
+def make_backward_args_v1(forward, dout, dq, dk, dv, deterministic=False):
+    """flashjit_backward_args_v1 for the forward's arguments `forward` (an ArgsV2 from make_args_v2,
+    with its o and lse) and the 4-d [B, S, H, D] views dout (o's shape), dq, dk, dv (q's, k's,
+    v's shapes). The returned struct keeps `forward` alive."""
+    buf = _BWD_BUFFER()
+    _BWD_STRUCT.pack_into(buf, 0, ctypes.sizeof(BackwardArgsV1), ABI_VERSION, ctypes.addressof(forward),
+                          *_tensor_scalars(dout), *_tensor_scalars(dq), *_tensor_scalars(dk), *_tensor_scalars(dv),
+                          0, DETERMINISTIC if deterministic else 0, 0, 0, 0)
+    args = BackwardArgsV1.from_buffer(buf)
+    args._forward = forward
+    return args
+
+
+def _need_backward(lib):
+    if getattr(lib, "abi", 1) < 5:
+        raise FlashjitError("this libflashjit (ABI %d) has no backward pass: it came with ABI 5" % getattr(lib, "abi", 1))
+
+
+def backward_workspace_size(lib, args, stream=0):
+    """Bytes of workspace a backward call with these arguments takes."""
+    _need_backward(lib)
+    size = ctypes.c_uint64()
+    if lib.flashjit_backward_workspace_size_v1(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream),
+                                               ctypes.byref(size)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+    return size.value
+
+
+def backward_args(lib, args, stream=0):
+    """Runs prepared backward arguments (make_backward_args_v1): writes dq, dk, dv."""
+    _need_backward(lib)
+    if lib.flashjit_backward_v1(lib.engine, ctypes.byref(args), ctypes.c_void_p(stream)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+
+
+def precompile_backward(lib, args, arch):
+    """Compiles the backward kernel `args` would use for `arch` (no GPU needed); its name."""
+    _need_backward(lib)
+    name = ctypes.create_string_buffer(512)
+    if lib.flashjit_precompile_backward_v1(lib.engine, ctypes.byref(args), arch.encode(), name, len(name)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
+    return name.value.decode()
 
 
 def forward_args(lib, args, stream=0):

@@ -12,10 +12,14 @@ Python. Without it (not built, torch older than 2.10, FLASHJIT_TORCH_OP=0) the P
 `attention` below runs, with the same checks, messages and results.
 
 The operator has no autograd formula, so that no Python autograd kernel runs on every call (even
-under no_grad). The public functions (call, and flashjit's FlashAttention-style API on it) record
-a node whose backward raises when grad is enabled and an input requires grad; called directly,
-torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not registered"
-warning on backward instead.
+under no_grad). Where grad is enabled and an input requires grad, the public functions (call, and
+flashjit's FlashAttention-style API on it) run torch.ops.flashjit.attention_train instead: the
+same operator computing its LSE too, whose autograd formula calls torch.ops.flashjit.attention_backward
+(the engine's backward: dq, dk, dv; the LSE output is not differentiated, as FlashAttention's).
+What the backward does not support (so far: fp16/bf16, head dim 64 or 128, no GQA, varlen, window,
+softcap, ALiBi, sinks, paged or kv_lens) raises the engine's message when backward runs. Called
+directly, torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not
+registered" warning on backward instead.
 
 Layouts follow FlashAttention: q, k, v and the output are [batch, seq, heads, head_dim] (any
 strides), or [total_tokens, heads, head_dim] with cu_seqlens (varlen); with block_table, k and v
@@ -207,15 +211,6 @@ def direct_call_is_safe(tensors):
     return True
 
 
-_NO_BACKWARD = ("flashjit has no backward pass yet: gradients through flashjit.attention (and the FlashAttention-style "
-                "API) are not computed. Run the training step with another attention (e.g. "
-                "torch.nn.functional.scaled_dot_product_attention) until flashjit's backward lands.")
-
-
-def _no_backward(ctx, *grads):
-    raise NotImplementedError(_NO_BACKWARD)
-
-
 # ---- The CUDA kernel: C++ (libflashjit_torch_op.so) when it loads, else the Python one. ----
 
 TORCH_OP_LIBRARY = "libflashjit_torch_op.so"
@@ -282,36 +277,157 @@ def python_kernel_reason():
     return _PYTHON_KERNEL_WHY
 
 
-# ---- Autograd: off the operator, on the public functions that need it. ----
+# ---- Autograd: off the operator, on an operator of its own that the public functions call. ----
+#
+# torch.ops.flashjit.attention keeps no autograd kernel, so that none runs on its hot path (even
+# under no_grad). Where grad is enabled and an input requires grad, call() runs
+# flashjit::attention_train instead: the same schema and results (it always computes the LSE, which
+# the backward needs), with an autograd formula (torch.library.register_autograd) whose backward
+# is flashjit::attention_backward. Eager code and torch.compile take the same route: dynamo traces
+# the operator and AOTAutograd its formula.
 
-class _NoBackward(torch.autograd.Function):
-    """The operator as a node of the autograd graph whose backward raises (eager calls that record)."""
-
-    @staticmethod
-    def forward(ctx, *args):
-        return _forward(*args)
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_lse):
-        _no_backward(ctx)
-
-
-# torch.compile can't trace _NoBackward through its raising backward (nor with one tensor passed
-# twice, as in self-attention on q): compiled code calls the operator and, where autograd records,
-# passes its outputs through this copy whose backward raises, so that compiling a training step
-# fails as it did with an autograd formula on the operator, rather than dropping the gradients.
-_LIBRARY.define("attention_no_backward(Tensor out, Tensor lse) -> (Tensor, Tensor)")
+_BACKWARD_SCHEMA = ("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+                    "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, Tensor? kv_lens, "
+                    "Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, float softmax_scale, bool causal, "
+                    "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)")
+_LIBRARY.define(_BACKWARD_SCHEMA)
+_LIBRARY.define(_SCHEMA.replace("attention(", "attention_train(", 1))
 
 
-def _copies(out, lse):
-    return out.clone(), lse.clone()
+def _grad_like(t):
+    return t.new_empty(t.shape)  # contiguous: the engine takes any strides, a fresh buffer overlaps nothing
 
 
-_LIBRARY.impl("attention_no_backward", _copies, "CompositeExplicitAutograd")
-torch.library.register_fake("flashjit::attention_no_backward", lib=_LIBRARY)(
-    lambda out, lse: (torch.empty_like(out), torch.empty_like(lse)))
-torch.library.register_autograd("flashjit::attention_no_backward", _no_backward,
-                                setup_context=lambda ctx, inputs, output: None, lib=_LIBRARY)
+def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                       cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+                       max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
+                       alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
+                       window_left: int, window_right: int, softcap: float,
+                       deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """torch.ops.flashjit.attention_backward's CUDA kernel: (dq, dk, dv) of one forward call,
+    given its arguments, its output and its LSE (fp32, natural log, the operator's LSE layout).
+    What the engine's backward does not support raises FlashjitError with its message."""
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    if dout.shape != out.shape:
+        raise FlashjitError("dout must have out's shape %s, got %s" % (list(out.shape), list(dout.shape)))
+    if dout.dtype != out.dtype:
+        dout = dout.to(out.dtype)
+    if dout.numel() and (dout.stride(-1) != 1 or 0 in dout.stride()):
+        dout = dout.contiguous()  # e.g. the expanded gradient of a sum()
+    dq, dk, dv = _grad_like(q), _grad_like(k), _grad_like(v)
+    lib = _library.get()
+    forward = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                     alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, True, False)
+    varlen = cu_seqlens_q is not None
+    as4 = (lambda t: t.unsqueeze(0)) if varlen else (lambda t: t)
+    kv4 = (lambda t: t) if block_table is not None else as4
+    args = _abi.make_backward_args_v1(forward, as4(dout), as4(dq), kv4(dk), kv4(dv), deterministic)
+    device = q.device
+    if device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _run_backward(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
+    else:
+        _run_backward(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
+    return dq, dk, dv
+
+
+def _run_backward(lib, args, stream, device):
+    """As _run: while the stream is captured, the workspace comes from PyTorch's allocator."""
+    if torch.cuda.is_current_stream_capturing():
+        size = _abi.backward_workspace_size(lib, args, stream)
+        if size:
+            workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            args.workspace, args.workspace_bytes = workspace.data_ptr(), size
+    _abi.backward_args(lib, args, stream)
+
+
+_LIBRARY.impl("attention_backward", attention_backward, "CUDA")
+
+
+@torch.library.register_fake("flashjit::attention_backward", lib=_LIBRARY)
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+      alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    return _grad_like(q), _grad_like(k), _grad_like(v)
+
+
+def _train(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
+           softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+    """attention_train's kernel (any device): the operator, always with the LSE."""
+    return torch.ops.flashjit.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
+                                        block_table, alibi_slopes, sinks, softmax_scale, causal, window_left,
+                                        window_right, softcap, True, check)
+
+
+_LIBRARY.impl("attention_train", _train, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("flashjit::attention_train", lib=_LIBRARY)
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
+      softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, True)
+    return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _setup_train(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
+     softmax_scale, causal, window_left, window_right, softcap, return_lse, check) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    ctx.options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap)
+    # The LSE is an output to read, not to differentiate (as FlashAttention's): its gradient is dropped.
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_train(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks = ctx.saved_tensors
+    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap = ctx.options
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is not None and t.requires_grad:
+            raise NotImplementedError("flashjit's backward computes dq, dk and dv only: %s requires grad, and its "
+                                      "gradient is not computed (detach it)" % name)
+    dq, dk, dv = torch.ops.flashjit.attention_backward(
+        grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+        alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, False)
+    return (dq, dk, dv) + (None,) * 15
+
+
+_BACKWARD_SUPPORT = {}  # the call's semantics -> the engine's message where its backward refuses them, else None
+
+
+def _warn_if_backward_unsupported(args):
+    """Where autograd records a call whose backward the engine refuses, warns at the forward (once
+    per kind of call), with the engine's message: the training step learns before its backward,
+    while code that records without ever calling backward (evaluation outside no_grad) still runs
+    as before. The backward itself raises the same message. The engine plans the backward for the
+    device's arch (compiling its kernel into the cache: the first backward then loads it)."""
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
+     softmax_scale, causal, window_left, window_right, softcap, return_lse, check) = args
+    major, minor = torch.cuda.get_device_capability(q.device)
+    arch = "sm_%d%d%s" % (major, minor, "a" if major >= 9 else "")
+    key = (arch, q.dtype, q.shape[-2:], k.shape[-2:], v.shape[-1], cu_seqlens_q is not None, kv_lens is not None,
+           block_table is not None, alibi_slopes is not None, sinks is not None, causal, window_left, window_right,
+           softcap != 0.0)
+    if key not in _BACKWARD_SUPPORT:
+        from . import warmup
+        try:
+            warmup.precompile(q, k, v, arch=arch, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                              max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, kv_lens=kv_lens,
+                              block_table=block_table, alibi_slopes=alibi_slopes, sinks=sinks,
+                              softmax_scale=softmax_scale or None, causal=causal,
+                              window_size=(window_left, window_right), softcap=softcap, backward=True)
+            _BACKWARD_SUPPORT[key] = None
+        except FlashjitError as e:
+            _BACKWARD_SUPPORT[key] = str(e)
+            import warnings
+            warnings.warn("flashjit: autograd records this attention call, but its backward will raise: %s "
+                          "(run it under torch.no_grad() if no gradient is needed)" % e, stacklevel=4)
+
+
+torch.library.register_autograd("flashjit::attention_train", _backward_train, setup_context=_setup_train,
+                                lib=_LIBRARY)
 
 _OP = torch.ops.flashjit.attention
 
@@ -336,15 +452,17 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          window_left: int, window_right: int, softcap: float, return_lse: bool,
          check: bool) -> Tuple[Tensor, Tensor]:
     """torch.ops.flashjit.attention (same arguments) for flashjit's public functions: the cheapest
-    route to its CUDA kernel, and where autograd records a call, outputs whose backward raises."""
+    route to its CUDA kernel, and where autograd records a call, flashjit::attention_train (the
+    operator with its LSE and a backward through flashjit::attention_backward)."""
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
             softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
                                     (alibi_slopes is not None and alibi_slopes.requires_grad) or
                                     (sinks is not None and sinks.requires_grad)):
-        if torch.compiler.is_compiling():
-            return torch.ops.flashjit.attention_no_backward(*_OP(*args))
-        return _NoBackward.apply(*args)
+        if type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling():
+            _warn_if_backward_unsupported(args)
+        out, lse = torch.ops.flashjit.attention_train(*args)
+        return out, (lse if return_lse else lse.new_empty(0))
     if torch.compiler.is_compiling():
         return _OP(*args)
     return _forward(*args)

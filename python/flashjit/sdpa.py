@@ -14,7 +14,8 @@ functions, which torch.compile checks), causal and windows aligned bottom-right 
 does, varlen prefix sums, seqused_k, ALiBi. What flashjit cannot do raises NotImplementedError naming
 the argument (dropout_p > 0, return_debug_mask); bad arguments raise flashjit.FlashjitError.
 
-Backward: flashjit has no backward pass, and aten's flash backward would read flashjit's LSE,
+Backward: flashjit has no backward pass through this backend yet (flashjit.flash_attn_func has one,
+for the engine's subset), and aten's flash backward would read flashjit's LSE,
 output and rng state as if its own forward had written them, which nothing here proves (rows that see
 no key, for one, get LSE -inf from flashjit and +inf from FlashAttention-2). So while active, the
 backward ops are overridden too and raise; and if a forward ran with autograd recording, that
@@ -196,7 +197,7 @@ def _kernels(device_type, launch, on_forward):
 
     def refuse_backward(*args, **kwargs):
         raise NotImplementedError(
-            "flashjit has no backward pass, and its SDPA flash backend (torch.nn.attention's \"FLASHJIT\") is or "
+            "flashjit has no backward pass through SDPA yet (flashjit.flash_attn_func has one), and its SDPA flash backend (torch.nn.attention's \"FLASHJIT\") is or "
             "was active: aten's flash backward is refused rather than run on outputs flashjit wrote. Run the "
             "training step with torch.nn.attention.restore_flash_attention_impl() (before its forward), or run "
             "flashjit forwards under torch.no_grad() / torch.inference_mode().")

@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 
-from . import _library, interface, ops
+from . import _abi, _library, interface, ops
 from ._abi import FlashjitError
 
 # Stand-in addresses for tensors without memory: aligned for any access and 2^44 bytes apart, so
@@ -38,13 +38,16 @@ def _stand_in_pointers(args, given):
 
 def precompile(q, k, v, *, arch, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                block_table=None, alibi_slopes=None, sinks=None, softmax_scale=None, causal=False,
-               window_size=(-1, -1), softcap=0.0, return_lse=False):
+               window_size=(-1, -1), softcap=0.0, return_lse=False, backward=False):
     """Compiles the kernel flashjit.ops.attention would run with these arguments on `arch` ("sm_80",
     "sm_86", "sm_90a", ...) into the disk cache; returns the variant's name. Layouts as the
-    operator's (FlashAttention's); tensors may be meta tensors."""
+    operator's (FlashAttention's); tensors may be meta tensors. backward=True: the kernel of the
+    backward pass (flashjit.ops.attention_backward) of such a call instead; what the backward does
+    not support raises FlashjitError with the engine's message, naming the argument."""
     if not isinstance(arch, str) or not arch:
         raise FlashjitError("arch must name a GPU architecture such as 'sm_90a', got %r" % (arch,))
     left, right = interface._window(window_size, causal)
+    return_lse = return_lse or backward  # the backward reads the forward's LSE
     out_shape, lse_shape = ops._out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     out = torch.empty(out_shape, dtype=q.dtype, device="meta")
     lse = torch.empty(lse_shape, dtype=torch.float32, device="meta")
@@ -56,6 +59,14 @@ def precompile(q, k, v, *, arch, cu_seqlens_q=None, cu_seqlens_k=None, max_seqle
                                   ("block_table", block_table), ("sinks", sinks), ("kv_lens", kv_lens)) if t is not None}
     _stand_in_pointers(args, given)
     lib = _library.get()
+    if backward:
+        as4 = (lambda t: t.unsqueeze(0)) if cu_seqlens_q is not None else (lambda t: t)
+        kv4 = (lambda t: t) if block_table is not None else as4
+        grads = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, q, k, v)]
+        bargs = _abi.make_backward_args_v1(args, as4(grads[0]), as4(grads[1]), kv4(grads[2]), kv4(grads[3]))
+        for i, field in enumerate(("dout", "dq", "dk", "dv")):
+            getattr(bargs, field).data = (16 + i) * _ADDRESS_SPACING
+        return _abi.precompile_backward(lib, bargs, arch)
     name = ctypes.create_string_buffer(512)
     if lib.flashjit_precompile_v2(lib.engine, ctypes.byref(args), arch.encode(), name, len(name)) != 0:
         raise FlashjitError(lib.flashjit_last_error().decode())

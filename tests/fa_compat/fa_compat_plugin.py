@@ -14,7 +14,8 @@ Environment:
                          --collect-only works; running tests is refused in that mode
 
 The tally sorts each case into: passed; skipped (by the test itself, or for the time budget);
-failed in backward (flashjit's "no backward pass" error); unsupported (a NotImplementedError:
+failed in backward (flashjit's "no backward pass" error, or its backward's refusal, "no backward
+kernel family serves ..."); unsupported (a NotImplementedError:
 a feature flashjit or this shim does not have, named in the message); other failures (wrong
 numbers, flashjit errors, anything else), each with the first line of its reason.
 """
@@ -135,7 +136,7 @@ def _reason(report):
 def _classify(report):
     text = str(report.longrepr)
     reason = _reason(report)
-    if "no backward pass" in text:
+    if "no backward pass" in text or "no backward kernel family" in text:
         return "failed_backward", reason
     if reason.startswith("NotImplementedError"):
         # Numbers in a message (a chunk size, a seqlen) would split one feature into many rows.

@@ -173,16 +173,11 @@ def test_flash_attention_signatures(name):
     assert params[:len(FA2[name])] == FA2[name]
 
 
-def test_backward_raises_instead_of_wrong_gradients():
-    # Running autograd on fake CUDA tensors needs a device: here the registration and the
-    # formula; test_torch_op.py runs a backward on CPU, tests/gpu on the GPU. The operator itself
-    # has no autograd kernel (none runs on its hot path): the public functions record a node that
-    # raises, and compiled code the attention_no_backward copy.
-    from flashjit import ops
+def test_autograd_runs_on_its_own_operator():
+    # The operator itself has no autograd kernel (none runs on its hot path): the public functions
+    # call attention_train where autograd records (tests/python/test_autograd.py).
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention", "Autograd")
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_no_backward", "Autograd")
-    with pytest.raises(NotImplementedError, match="no backward pass"):
-        ops._no_backward(None, None, None)
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_train", "Autograd")
 
 
 class Block(torch.nn.Module):
@@ -208,13 +203,17 @@ def test_torch_compile_fullgraph_traces_the_op(mode):
     y = torch.compile(Block(), backend=backend, fullgraph=True)(fake(2, 128, 512))
     assert y.shape == (2, 128, 512)
     assert len(graphs) == 1
-    assert "flashjit.attention" in [str(n.target) for n in graphs[0].graph.nodes]
+    # The Linear weights require grad: autograd records, and the training operator is traced.
+    assert "flashjit.attention_train" in [str(n.target) for n in graphs[0].graph.nodes]
 
 
 def test_torch_export_keeps_the_op():
     with FakeTensorMode(allow_non_fake_inputs=True):
         ep = torch.export.export(Block(), (fake(2, 128, 512),))
-    assert "flashjit.attention.default" in [str(n.target) for n in ep.graph.nodes]
+        assert "flashjit.attention_train.default" in [str(n.target) for n in ep.graph.nodes]
+        with torch.no_grad():
+            ep = torch.export.export(Block(), (fake(2, 128, 512),))
+        assert "flashjit.attention.default" in [str(n.target) for n in ep.graph.nodes]
 
 
 def meta(*shape, dtype=torch.bfloat16):

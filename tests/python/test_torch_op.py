@@ -7,7 +7,7 @@ messages against the Python kernel's), allocates the outputs and packs flashjit_
 which a stand-in for flashjit_forward_v2 records and compares field by field with what the Python
 binding (ops.c_args) packs. FLASHJIT_REQUIRE_TORCH_OP=1 (CI) fails instead of skipping where the
 library was not built. Autograd: the operator has no autograd kernel; the public functions' calls
-that autograd records raise on backward, eager or compiled."""
+that autograd records take flashjit::attention_train, eager or compiled (test_autograd.py)."""
 import ctypes
 import os
 import subprocess
@@ -266,10 +266,10 @@ def test_cpu_tensors_are_refused_by_the_cuda_kernel_naming_the_tensor():
 
 def test_the_operator_has_no_autograd_kernel():
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention", "Autograd")
-    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_no_backward", "Autograd")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_train", "Autograd")
 
 
-def test_public_calls_that_autograd_records_raise_on_backward(cpu_reference_kernel):
+def test_public_calls_that_autograd_records_take_the_training_operator(cpu_reference_kernel):
     q, k, v = (torch.randn(1, 8, 2, 16) for _ in range(3))
     with torch.no_grad():
         assert not flashjit.flash_attn_func(q.requires_grad_(), k, v).requires_grad
@@ -277,14 +277,12 @@ def test_public_calls_that_autograd_records_raise_on_backward(cpu_reference_kern
         assert not flashjit.flash_attn_func(q, k, v).requires_grad
     assert not flashjit.flash_attn_func(q.detach(), k, v).requires_grad
     out = flashjit.flash_attn_func(q, k, v, causal=True)
-    assert out.requires_grad
+    assert out.requires_grad and "attention_train" in type(out.grad_fn).__name__
     torch.testing.assert_close(out, flashjit.flash_attn_func(q.detach(), k, v, causal=True))
-    with pytest.raises(NotImplementedError, match="no backward pass"):
-        out.sum().backward()
 
 
-def test_compiled_code_that_autograd_records_passes_through_the_raising_copy():
-    """torch.compile traces the operator and, where autograd records, attention_no_backward."""
+def test_compiled_code_that_autograd_records_takes_the_training_operator():
+    """torch.compile traces attention_train where autograd records, the operator elsewhere."""
     graphs = []
 
     def backend(gm, example_inputs):
@@ -302,19 +300,5 @@ def test_compiled_code_that_autograd_records_passes_through_the_raising_copy():
         with torch.no_grad():
             torch.compile(step, backend=backend, fullgraph=True)(q)
     torch._dynamo.reset()
-    assert "flashjit.attention" in graphs[0] and "flashjit.attention_no_backward" in graphs[0]
-    assert "flashjit.attention" in graphs[1] and "flashjit.attention_no_backward" not in graphs[1]
-
-
-def test_compiling_a_training_step_fails_naming_the_missing_backward():
-    """As it did with an autograd formula on the operator: AOTAutograd traces the backward while
-    compiling (on CPU tensors here: the copy's kernel runs on any device)."""
-    torch._dynamo.reset()
-    x = torch.randn(4, 3, requires_grad=True)
-
-    def step(x):
-        return torch.ops.flashjit.attention_no_backward(x * 2, x.new_empty(0))[0].sum()
-    with pytest.raises(Exception, match="no backward pass"):
-        torch.compile(step, backend="aot_eager", fullgraph=True)(x)
-    torch._dynamo.reset()
-    assert torch.equal(torch.ops.flashjit.attention_no_backward(x, x)[0], x)
+    assert "flashjit.attention_train" in graphs[0]
+    assert "flashjit.attention" in graphs[1] and "flashjit.attention_train" not in graphs[1]

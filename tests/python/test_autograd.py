@@ -1,0 +1,293 @@
+"""Gradients through flashjit without a GPU: the backward's C struct against the header field by
+field, the operators' registration, the engine's refusals (planned for a named arch, no GPU), and
+the autograd wiring end to end on CPU tensors, where the float64 reference stands in for the
+forward and backward kernels (eager and torch.compile). Numerics on the GPU: tests/python/gpu."""
+import ctypes
+import os
+import re
+
+import pytest
+import torch
+
+import flashjit
+from flashjit import FlashjitError, _abi, _library, ops
+
+HEADER = os.path.join(os.path.dirname(__file__), "..", "..", "engine", "include", "flashjit", "flashjit.h")
+_C_TYPES = {"uint32_t": ctypes.c_uint32, "uint64_t": ctypes.c_uint64, "int32_t": ctypes.c_int32,
+            "float": ctypes.c_float, "flashjit_tensor": _abi.Tensor}
+
+
+def _header_fields(struct):
+    """(name, ctypes type) of each field of `struct` as flashjit.h declares it."""
+    text = open(HEADER).read()
+    body = re.search(r"typedef struct %s \{(.*?)\} %s;" % (struct, struct), text, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    fields = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        m = re.match(r"(const )?(\w+)\s*(\*?)\s*(.*)", decl)
+        _, ctype, pointer, names = m.groups()
+        for name in names.split(","):
+            name = name.strip().lstrip("*")
+            if pointer:
+                t = ctypes.POINTER(_abi.ArgsV2) if ctype == "flashjit_attention_args_v2" else ctypes.c_void_p
+            else:
+                t = _C_TYPES[ctype]
+            fields.append((name, t))
+    return fields
+
+
+def test_backward_struct_matches_the_header_field_by_field():
+    header = _header_fields("flashjit_backward_args_v1")
+    binding = _abi.BackwardArgsV1._fields_
+    assert [n for n, _ in binding] == [n for n, _ in header]
+    for (name, mine), (_, theirs) in zip(binding, header):
+        assert ctypes.sizeof(mine) == ctypes.sizeof(theirs), name
+        if theirs is ctypes.c_void_p:  # float* and void*
+            assert mine is ctypes.c_void_p, name
+        else:
+            assert mine is theirs or (issubclass(mine, ctypes._Pointer) and mine._type_ is _abi.ArgsV2), name
+    lib = _library.get()
+    assert lib.flashjit_backward_args_v1_size() == ctypes.sizeof(_abi.BackwardArgsV1)
+
+
+def test_the_forward_struct_matches_the_header_too():
+    names = [n for n, _ in _header_fields("flashjit_attention_args_v2")]
+    assert names[:2] == ["struct_size", "abi_version"]  # the parser reads the precedent's struct
+    assert names[-2:] == ["workspace", "workspace_bytes"]
+
+
+def test_backward_args_carry_every_field():
+    q, o = torch.empty(2, 64, 8, 128)[:, :, :4], torch.empty(2, 64, 4, 128)
+    lse = torch.empty(2, 4, 64)
+    fwd = _abi.make_args_v2(q, q, q, o, causal=True, lse=lse)
+    dout, dq = torch.empty(2, 64, 4, 128), torch.empty(2, 64, 4, 128)
+    b = _abi.make_backward_args_v1(fwd, dout, dq, q, o, deterministic=True)
+    assert (b.struct_size, b.abi_version, b.flags, b.reserved, b.dsinks, b.workspace, b.workspace_bytes) == \
+        (ctypes.sizeof(_abi.BackwardArgsV1), _abi.ABI_VERSION, _abi.DETERMINISTIC, 0, None, None, 0)
+    assert ctypes.addressof(b.forward.contents) == ctypes.addressof(fwd)
+    assert b.forward.contents.lse.contents.data == lse.data_ptr()
+    for field, t in (("dout", dout), ("dq", dq), ("dk", q), ("dv", o)):
+        c = getattr(b, field)
+        assert (c.data, list(c.shape), list(c.stride), c.dtype) == (t.data_ptr(), list(t.shape), list(t.stride()), 2)
+    assert _abi.make_backward_args_v1(fwd, dout, dq, q, o).flags == 0
+
+
+def test_the_operators_register():
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention", "Autograd")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_train", "Autograd")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_backward", "CUDA")
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        q = torch.empty(2, 33, 4, 64, dtype=torch.float16, device="cuda")
+        dq, dk, dv = torch.ops.flashjit.attention_backward(q, q, q, q, q, torch.empty(2, 4, 33, device="cuda"), None,
+                                                           None, 0, 0, None, None, None, None, 0.0, True, -1, 0, 0.0,
+                                                           False)
+        assert dq.shape == dk.shape == dv.shape == q.shape and dq.dtype == torch.float16
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_supported_backward_plans_without_a_gpu():
+    name = flashjit.precompile(meta(2, 77, 4, 64), meta(2, 77, 4, 64), meta(2, 77, 4, 64), causal=True, arch="sm_90a",
+                               backward=True)
+    assert name.startswith("bwd_sm80-bf16-dqk64-dv64-causal")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(window_size=(8, 0)), "window: the backward does not take sliding windows"),
+    (dict(softcap=2.0), "softcap"),
+    (dict(kv=(2, 64)), r"k.shape\[2\] \(heads\) != q.shape\[2\]"),
+    (dict(kv=(4, 96), d=96), r"head_dim\): the backward takes 64 or 128"),
+    (dict(sinks=meta(4, dtype=torch.float32)), "sinks"),
+])
+def test_unsupported_semantics_raise_the_engines_message(kwargs, needle):
+    heads, d = kwargs.pop("kv", (4, 64))
+    qd = kwargs.pop("d", 64)
+    with pytest.raises(FlashjitError, match=needle):
+        flashjit.precompile(meta(2, 77, 4, qd), meta(2, 77, heads, d), meta(2, 77, heads, d), arch="sm_80",
+                            backward=True, **kwargs)
+
+
+def test_varlen_backward_is_refused_by_name():
+    cu = meta(3, dtype=torch.int32)
+    with pytest.raises(FlashjitError, match="varlen: the backward does not take ragged batches"):
+        flashjit.precompile(meta(150, 4, 64), meta(150, 4, 64), meta(150, 4, 64), cu_seqlens_q=cu, cu_seqlens_k=cu,
+                            max_seqlen_q=100, max_seqlen_k=100, arch="sm_80", backward=True)
+
+
+# ---- The wiring on CPU tensors: the float64 reference as both kernels ----
+
+def reference_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
+                       block_table, alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
+                       deterministic):
+    from conftest import reference_attention
+    with torch.enable_grad():
+        leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        o = _reference_out(reference_attention, *leaves, causal=causal, softmax_scale=softmax_scale)
+        grads = torch.autograd.grad(o, leaves, dout.double())
+    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _reference_out(reference, q, k, v, causal, softmax_scale):
+    """The reference's output in float64 with its graph (reference_attention casts to q's dtype)."""
+    return reference(q, k, v, causal=causal, softmax_scale=softmax_scale)[0]
+
+
+@pytest.fixture
+def cpu_fakes(monkeypatch):
+    """The fake kernels check that tensors are on CUDA: let them trace CPU tensors here."""
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: None)
+
+
+@pytest.fixture
+def cpu_kernels(cpu_reference_kernel):
+    lib = torch.library.Library("flashjit", "IMPL", "CPU")
+    lib.impl("attention_backward", reference_backward, "CPU")
+    yield
+    lib._destroy()
+
+
+def _math(q, k, v, causal):
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+    if causal:
+        lq, lk = q.shape[1], k.shape[1]
+        s = s.masked_fill(torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq).logical_not(), float("-inf"))
+    return torch.einsum("bhqk,bkhd->bqhd", s.softmax(-1), v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_flow_through_flash_attn_func(cpu_kernels, causal):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 13, 3, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    out = flashjit.flash_attn_func(q, k, v, causal=causal)
+    out.square().sum().backward()
+    want = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    _math(*want, causal).square().sum().backward()
+    for got, ref in zip((q, k, v), want):
+        torch.testing.assert_close(got.grad, ref.grad)
+
+
+def test_self_attention_on_one_tensor_and_the_lse(cpu_kernels):
+    x = torch.randn(1, 9, 2, 16, dtype=torch.float64, requires_grad=True)
+    out, lse, _ = flashjit.flash_attn_func(x, x, x, return_attn_probs=True)
+    assert lse.shape == (1, 2, 9) and not lse.requires_grad  # the LSE is read, not differentiated
+    out.sum().backward()
+    y = x.detach().clone().requires_grad_()
+    _math(y, y, y, False).sum().backward()
+    torch.testing.assert_close(x.grad, y.grad)
+
+
+def test_no_grad_takes_the_operator_without_autograd(cpu_kernels):
+    q = torch.randn(1, 8, 2, 16, requires_grad=True)
+    with torch.no_grad():
+        assert not flashjit.flash_attn_func(q, q, q).requires_grad
+    d = q.detach()
+    out, lse = ops.call(d, d, d, None, None, 0, 0, None, None, None, None, 0.0, False, -1, -1, 0.0, False,
+                        False)
+    assert lse.numel() == 0 and not out.requires_grad
+
+
+def test_sinks_requiring_grad_raise_at_backward(cpu_kernels):
+    q = torch.randn(1, 8, 2, 16, dtype=torch.float64, requires_grad=True)
+    sinks = torch.zeros(2, dtype=torch.float32, requires_grad=True)
+    out = ops.call(q, q, q, None, None, 0, 0, None, None, None, sinks, 0.0, False, -1, -1, 0.0, False, False)[0]
+    with pytest.raises(NotImplementedError, match="sinks requires grad"):
+        out.sum().backward()
+
+
+def test_torch_compile_fullgraph_training_step(cpu_kernels, cpu_fakes):
+    """dynamo traces attention_train and AOTAutograd its formula into attention_backward."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append([str(n.target) for n in gm.graph.nodes])
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+    torch.manual_seed(0)
+    w = torch.randn(16, 48, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 11, 16, dtype=torch.float64)
+
+    def step(w, x):
+        q, k, v = (x @ w).view(2, 11, 3, 2, 8).unbind(2)
+        return flashjit.flash_attn_func(q, k, v, causal=True).square().sum()
+
+    torch._dynamo.reset()
+    try:
+        loss = torch.compile(step, backend=backend, fullgraph=True)(w, x)
+        loss.backward()
+    finally:
+        torch._dynamo.reset()
+    assert any("flashjit.attention_train" in str(t) for t in graphs[0])
+    w2 = w.detach().clone().requires_grad_()
+    q, k, v = (x @ w2).view(2, 11, 3, 2, 8).unbind(2)
+    _math(q, k, v, True).square().sum().backward()
+    torch.testing.assert_close(w.grad, w2.grad)
+
+
+def test_compiled_aot_graph_calls_the_backward_operator(cpu_kernels, cpu_fakes):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    seen = []
+
+    def compiler(gm, example_inputs):
+        seen.append([str(n.target) for n in gm.graph.nodes])
+        return make_boxed_func(gm.forward)
+
+    q = torch.randn(1, 7, 2, 16, dtype=torch.float64, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        torch.compile(lambda q: flashjit.flash_attn_func(q, q, q).sum(),
+                      backend=aot_autograd(fw_compiler=compiler, bw_compiler=compiler), fullgraph=True)(q).backward()
+    finally:
+        torch._dynamo.reset()
+    assert any("flashjit.attention_train" in t for t in seen[0])
+    assert any("flashjit.attention_backward" in t for t in seen[1])
+    assert q.grad is not None
+
+
+# ---- attention_backward's CUDA kernel on CPU tensors, with the library call recorded ----
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_backward_kernel_packs_the_forward_and_the_gradients(monkeypatch, varlen):
+    seen = []
+
+    class Stream:
+        cuda_stream = 1234
+
+    def record(lib, args, stream, device):
+        f = args.forward.contents
+        seen.append(dict(stream=stream, flags=args.flags, workspace=args.workspace, mask=f.mask,
+                         scale=f.softmax_scale, lse=f.lse.contents.data, o=f.o.data, q=f.q.data,
+                         varlen=bool(f.varlen), dout=(args.dout.data, list(args.dout.shape)),
+                         dq=(args.dq.data, list(args.dq.shape), list(args.dq.stride)),
+                         dk=(args.dk.data, list(args.dk.shape)), dv=(args.dv.data, list(args.dv.shape))))
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: None)
+    monkeypatch.setattr(ops, "_run_backward", record)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(_library, "get", lambda: None)
+    if varlen:
+        q = torch.randn(50, 4, 128, dtype=torch.float16)[:, :2]  # a strided view
+        kv = torch.randn(70, 2, 128, dtype=torch.float16)
+        cu_q, cu_k = torch.tensor([0, 20, 50], dtype=torch.int32), torch.tensor([0, 30, 70], dtype=torch.int32)
+        lse = torch.empty(2, 50)
+        side = (cu_q, cu_k, 30, 40)
+    else:
+        q = torch.randn(2, 25, 4, 128, dtype=torch.float16)[:, :, :2]
+        kv = torch.randn(2, 35, 2, 128, dtype=torch.float16)
+        lse = torch.empty(2, 2, 25)
+        side = (None, None, 0, 0)
+    out, dout = torch.randn(q.shape, dtype=torch.float16), torch.ones(1, dtype=torch.float16).expand(q.shape)
+    dq, dk, dv = ops.attention_backward(dout, q, kv, kv, out, lse, *side, None, None, None, None, 0.25, True, -1, 0,
+                                        0.0, False)
+    assert dq.shape == q.shape and dk.shape == dv.shape == kv.shape and dq.is_contiguous()
+    (s,) = seen
+    lead = [1] if varlen else []
+    assert s["stream"] == 1234 and s["flags"] == 0 and not s["workspace"] and s["mask"] == 1 and s["scale"] == 0.25
+    assert (s["q"], s["o"], s["lse"], s["varlen"]) == (q.data_ptr(), out.data_ptr(), lse.data_ptr(), varlen)
+    assert s["dout"][1] == lead + list(q.shape)  # the expanded gradient, made contiguous
+    assert s["dq"] == (dq.data_ptr(), lead + list(q.shape), ([dq.numel()] if varlen else []) + list(dq.stride()))
+    assert s["dk"] == (dk.data_ptr(), lead + list(kv.shape)) and s["dv"] == (dv.data_ptr(), lead + list(kv.shape))
