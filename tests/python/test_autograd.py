@@ -121,10 +121,9 @@ def test_varlen_backward_is_refused_by_name():
 
 # ---- The wiring on CPU tensors: the float64 reference as both kernels ----
 
-def reference_backward(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
-                       block_table, alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
-                       deterministic):
-    from conftest import reference_attention
+def reference_backward(reference_attention, dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                       max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks, softmax_scale, causal, window_left,
+                       window_right, softcap, deterministic):
     with torch.enable_grad():
         leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
         o = _reference_out(reference_attention, *leaves, causal=causal, softmax_scale=softmax_scale)
@@ -144,9 +143,11 @@ def cpu_fakes(monkeypatch):
 
 
 @pytest.fixture
-def cpu_kernels(cpu_reference_kernel):
+def cpu_kernels(cpu_reference_kernel, reference):
+    # The reference comes as conftest's fixture: CI imports test files from outside the checkout
+    # (--import-mode=importlib), where conftest is not an importable module.
     lib = torch.library.Library("flashjit", "IMPL", "CPU")
-    lib.impl("attention_backward", reference_backward, "CPU")
+    lib.impl("attention_backward", lambda *args: reference_backward(reference, *args), "CPU")
     yield
     lib._destroy()
 
