@@ -199,7 +199,9 @@ std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, cons
   const std::pair<const char*, std::pair<const tools::DeviceBuffer*, std::pair<const TensorView*, const std::vector<double>*>>> grads[] = {
       {"dq", {&d.dq, {&d.args.dq, &p.dq}}}, {"dk", {&d.dk, {&d.args.dk, &p.dk}}}, {"dv", {&d.dv, {&d.args.dv, &p.dv}}}};
   std::string line;
-  for (const auto& [name, g] : grads) {
+  for (const auto& named : grads) {  // not a structured binding: clang's C++17 cannot capture one in INFO's lambda
+    const char* name = named.first;
+    const auto& g = named.second;
     const Error e = compare(*g.first, *g.second.first, *g.second.second, p.c.dtype, bits);
     const double bound = kRoundingsAllowed * e.rounding;
     INFO(name << ": rel_l2 " << e.rel_l2 << ", bound " << bound << ", non-finite " << e.non_finite);
