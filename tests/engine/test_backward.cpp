@@ -229,7 +229,8 @@ TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {
   CHECK(plan0.kernels[0].entry == 1);
   CHECK(meter0.bytes() == 0);
   // No keys: preprocess and convert write dq = 0.
-  const AttentionProblem pk = validate_backward(make(DType::f16, 64, 77, 0)).value();
+  const BackwardArgs no_keys = make(DType::f16, 64, 77, 0);  // named: the problem points at its arguments
+  const AttentionProblem pk = validate_backward(no_keys).value();
   LaunchPlan plank;
   NoWorkspace nw;
   REQUIRE(bwd().plan(pk, {"bwd_sm80", pk.semantics, tiling(64, 64, 4)}, DeviceContextInfo{}, nw, plank).ok());
