@@ -146,12 +146,7 @@ struct OnlineSoftmax {
             }
           }
     } else if (any_rescale) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNTilesO; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) o[mt][nt][i] *= alpha[mt][i / 2];
+      rescale_all(o, alpha);
     }
   }
 };

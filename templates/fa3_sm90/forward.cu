@@ -139,6 +139,17 @@ FJ_DEVICE void zero_v_tail(unsigned char* v_tile, int valid_rows) {
   named_barrier_sync(kEpilogueBarrier, kWgThreads);
 }
 
+// P.V_{j-1}'s end: waited for only after the softmax that ran under it (see kSoftmaxUnderPV),
+// then O may be read and V_{j-1}'s stage goes back to the producer.
+FJ_DEVICE void retire_pv(float (&o)[kDV / 2], const Softmax& sm, const KvStages& kv, int stage) {
+  if constexpr (kSoftmaxUnderPV)
+    wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
+  else
+    wgmma_wait<0>();
+  fence_registers(o);
+  kv.release_v(stage);
+}
+
 // A consumer's walk over one work tile's key tiles: prologue S_0 alone, then per tile S_j with
 // P_{j-1}.V_{j-1} behind it, then the last P.V. Each step is straight-line code: ptxas
 // serializes wgmmas whose retirement it cannot follow through branches, so the mbarrier waits
@@ -185,23 +196,12 @@ FJ_DEVICE void consume(const ConsumerRows& rows, unsigned char* smem, Barriers& 
       constexpr int kSplit = kNTilesS / 2;
       sm.move_max(c_tiles(s), rows.score_scale, alpha);
       sm.template exponentiate<0, kSplit>(c_tiles(s), rows.score_scale);
-      if constexpr (kSoftmaxUnderPV)
-        wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
-      else
-        wgmma_wait<0>();
-      fence_registers(o);
-      kv.release_v(prev);
+      retire_pv(o, sm, kv, prev);
       sm.rescale_all(c_tiles(o), alpha);
       sm.template exponentiate<kSplit, kNTilesS>(c_tiles(s), rows.score_scale);
     } else {
       const bool any_rescale = sm.probabilities(c_tiles(s), rows.score_scale, alpha);
-      // P.V_{j-1} ran under the softmax: wait for it only now (see kSoftmaxUnderPV).
-      if constexpr (kSoftmaxUnderPV)
-        wgmma_wait_after<0>(sm.row_sum[0][0] + sm.row_sum[0][1]);
-      else
-        wgmma_wait<0>();
-      fence_registers(o);
-      kv.release_v(prev);
+      retire_pv(o, sm, kv, prev);
       sm.rescale(c_tiles(o), alpha, any_rescale);
     }
     pack_probabilities(s, pa);
