@@ -131,7 +131,7 @@ def resources(log):
 # warps, each warp a multiple of 16 keys and rows, and at most kMaxAccumulators fp32 key-phase
 # accumulators a thread (S^T, dP^T, dK, dV).
 MAX_ACCUMULATORS = 192
-MAX_BLOCK_M_WITH_SCORE_EDITS = 64  # kMaxBlockMWithScoreEdits: window, softcap or ALiBi
+MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap or ALiBi
 
 
 SPILLING_HEAD_DIM = 112  # kSpillingHeadDim: 32 x 32 on 2 warps only
@@ -142,13 +142,14 @@ def candidate_tilings(d, feats):
         return [(32, 32, 2)]
     out = []
     for bm in (64, 128):
-        if bm > MAX_BLOCK_M_WITH_SCORE_EDITS and any(feats.get(k) for k in ("window", "softcap", "alibi")):
-            continue
         for bn in (64, 128):
             for w in (4, 8):
                 if bm % (16 * w) or bn % (16 * w):
                     continue
                 key_tiles = bn // w // 16
+                edits = any(feats.get(k) for k in ("window", "softcap", "alibi"))
+                if edits and 2 * key_tiles * bm // 8 * 4 > MAX_SCORE_REGISTERS_WITH_EDITS:
+                    continue
                 d_pad = (d + 15) // 16 * 16
                 if key_tiles * 4 * (2 * d_pad // 8 + 2 * bm // 8) <= MAX_ACCUMULATORS:
                     out.append((bm, bn, w))

@@ -34,11 +34,11 @@ constexpr int kMaxAccumulators = 192;
 // thread, 256 at D = 256) leave no room for S^T and dP^T; wider needs the head dim split across
 // warps (docs/design/backward.md).
 constexpr int kMaxHeadDim = 128;
-// BLOCK_M candidates keep with a window, softcap or ALiBi: the element-wise pass that applies
-// them to S^T and forms P^T and dS^T holds 128 rows' worth a thread at BLOCK_M = 128, and ptxas
-// spills there with all of them on (D = 40 and 64, sm_80; compile_bwd_check.py) though the
-// accumulator count fits.
-constexpr int kMaxBlockMWithScoreEdits = 64;
+// S^T and dP^T registers a thread may hold (2 * key tiles * BLOCK_M / 8 * 4) with a window,
+// softcap or ALiBi: the element-wise pass that applies them and forms P^T and dS^T spills at 128
+// with all of them on (BLOCK_M = 128 at D = 40 and 64; BLOCK_N = 128 on 4 warps at D = 1;
+// sm_80 and sm_90a, compile_bwd_check.py) though the accumulator count fits.
+constexpr int kMaxScoreRegistersWithEdits = 64;
 // The least shared memory: one warp's 16 keys and 16 rows.
 const Tiling kSmallest(kKnobs, {kMmaRows, kMmaRows, 1});
 // 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows).
@@ -57,6 +57,12 @@ int accumulators(const Semantics& s, const Tiling& t) {
   constexpr int kPerN8Tile = 4;  // an m16n8 fp32 tile is 4 registers a thread
   const fj_layout::BwdLayout l = fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
   return key_tiles * kPerN8Tile * ((l.dqk + l.dv) / 8 + 2 * t[kBlockM] / 8);  // padded head dims: what the mma tiles hold
+}
+
+// The S^T and dP^T tiles of the key phase, in fp32 registers a thread.
+int score_registers(const Tiling& t) {
+  constexpr int kPerN8Tile = 4;
+  return 2 * (t[kBlockN] / t[kWarps] / kMmaRows) * (t[kBlockM] / 8) * kPerN8Tile;
 }
 
 int smem_bytes(const Semantics& s, const Tiling& t) {
@@ -129,7 +135,8 @@ class BwdSm80 final : public KernelFamilyBase {
           const Tiling t(kKnobs, {bm, bn, w});
           const bool score_edits = s.window || s.softcap || s.alibi;
           if (check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
-              accumulators(s, t) <= kMaxAccumulators && !(score_edits && bm > kMaxBlockMWithScoreEdits))
+              accumulators(s, t) <= kMaxAccumulators &&
+              !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits))
             out.push_back(t);
         }
     return out;
