@@ -1,19 +1,23 @@
 // bwd_sm80 main kernel: FlashAttention-2's backward on sm_80 tensor cores (mma.sync, ldmatrix,
-// cp.async). One CTA per (BLOCK_N keys, head, batch) keeps its K and V tiles in shared memory
-// and dK, dV in registers, and walks the Q blocks that see any of its keys. For each Q block
-// (BLOCK_M rows of Q and dO, their LSE and D):
+// cp.async). One CTA per (BLOCK_N keys, KV head, batch) keeps its K and V tiles in shared memory
+// and dK, dV in registers, and walks the q-heads of its GQA/MQA group (outer loop: dK and dV of
+// the KV head are summed over the whole group in registers, so K/V are never expanded) and, per
+// q-head, the Q blocks that see any of its keys. For each Q block (BLOCK_M rows of Q and dO,
+// their LSE and D):
 //   key phase (each warp: its BLOCK_N / warps keys against all BLOCK_M rows, transposed, so
 //   every product is one of common/warp_gemm_sm80.cuh's; see bwd_sm80/gemm.cuh):
-//     S^T = K Q^T;  P^T = exp2(S^T * scale_log2 - LSE * log2 e)  (masked entries 0)
-//     dP^T = V dO^T;  dV += P^T dO;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
+//     S^T = K Q^T;  dP^T = V dO^T;  the forward's softcap and ALiBi on S^T, then its mask;
+//     P^T = exp2(S^T * scale_log2 - LSE * log2 e)  (masked entries 0);
+//     dS^T = P^T * (dP^T - D) * softcap'  (bwd_sm80/score_grad.cuh);  dV += P^T dO;  dK += dS^T Q
 //   query phase (each warp: its BLOCK_M / warps rows against all BLOCK_N keys):
 //     dS goes through shared memory (fp32), dQ_part = dS K, and every element is added to the
 //     fp32 dQ accumulator with an atomic (scaled by the softmax scale).
 // At the end dK (times the scale) and dV are staged through the K and V tiles and stored.
 //
-// Not yet covered (first cut; docs/design/backward.md has the plan for each):
-//   - GQA/MQA (the loop over the q-heads of a KV head's group), varlen, kv_lens, paged K/V;
-//   - sliding window, softcap (tanh derivative), ALiBi, sinks (d_sinks);
+// Not yet covered (docs/design/backward.md has the plan for each):
+//   - varlen, kv_lens, paged K/V, sinks (d_sinks);
+//   - head dims past 128 (dK + dV of 16 keys alone fill a thread's registers at 256: needs the
+//     head dim split across warps);
 //   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
 //   - deterministic mode (dQ atomics land in any order);
 //   - speed: Q/dO are not double-buffered (each Q block's loads are waited for), the mask is a
@@ -21,6 +25,7 @@
 //     them through shared memory for coalescing).
 #include "bwd_sm80/elem.cuh"
 #include "bwd_sm80/gemm.cuh"
+#include "bwd_sm80/score_grad.cuh"
 #include "bwd_sm80/tile_walk.cuh"
 #include "common/row_total.cuh"
 #include "common/sequence.cuh"
@@ -43,6 +48,19 @@ FJ_DEVICE void stage_tile16(Elem* smem, const float (&acc)[kMTiles][kNTiles][4],
         Elem* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + nt * 8 + 2 * f.t();
         *reinterpret_cast<unsigned*>(dst) = GemmS::pack16(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
       }
+}
+
+// A Q block's tile of Q or dO (kBlockM rows), once a step of the main loop: load_tile_async's
+// unrolled copy where each thread keeps one column (no per-access offsets), else the rolled one
+// (common/tile_io.cuh says why).
+template <int kCols, int kSmemStride>
+FJ_DEVICE void load_q_block(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride, int rows_valid,
+                            int tid) {
+  if constexpr (kThreads % (kCols / kVec) == 0)
+    load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid, tid);
+  else
+    load_tile_async_rolled<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride,
+                                                                              rows_valid, tid);
 }
 
 // acc *= x over a whole register tile.
@@ -75,15 +93,16 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const Frag fr{lane};
   const int n0 = blockIdx.x * kBlockN;
-  const int head = blockIdx.y;
-  const int kv_head = head;  // no GQA in the first cut
+  const int kv_head = blockIdx.y;
+  const int group = kGqa ? f.group : 1;  // q-heads kv_head * group ... + group - 1 read this K/V
   const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(f, blockIdx.z);
-  const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
+  const int left = f.window_left, right = window_right_of(f);
+  const float score_scale = kScoresInLog2 ? 1.f : f.scale_log2;
   const int key_row0 = warp * kKeyRowsPerWarp;  // this warp's keys in the key phase, within the block
   const int q_row0 = warp * kQRowsPerWarp;      // this warp's rows in the query phase, within a Q block
 
   int q_lo, q_hi;
-  query_range(seq, n0, q_lo, q_hi);
+  query_range(seq, n0, left, right, q_lo, q_hi);
   const int first_m = q_lo / kBlockM;
   const int end_m = (q_hi + kBlockM - 1) / kBlockM;
 
@@ -106,13 +125,19 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   zero_tile(dk);
   zero_tile(dv);
 
-  for (int m_block = first_m; m_block < end_m; ++m_block) {
+  // One walk over (q-head of the group, Q block), q-heads outer: every q-head meets the same
+  // Q blocks (the mask does not depend on the head). Counters, not step / m_blocks: the
+  // division's registers cost ptxas a spill at D = 128 with every feature on.
+  const int steps = group * (end_m - first_m);
+  int head = kv_head * group, m_block = first_m;
+  for (int step = 0; step < steps; ++step) {
     const int m0 = m_block * kBlockM;
+    const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
     const int rows_q = seq.len_q - m0;
-    load_tile_async<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(
+    load_q_block<kHeadDimQK, kStrideQK>(
         sQ, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head), f.q_stride[1],
         f.q_stride[3], rows_q, tid);
-    load_tile_async<Elem, kBlockM, kHeadDimV, kStrideV, kVec, kThreads>(
+    load_q_block<kHeadDimV, kStrideV>(
         sdO, row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
         p.dout_stride[1], p.dout_stride[3], rows_q, tid);
     cp_async_commit();
@@ -128,30 +153,36 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     cp_async_wait<0>();
     __syncthreads();
 
-    // ---- key phase: S^T, P^T, dP^T, dV, dS^T, dK for this warp's keys.
+    // ---- key phase: S^T, dP^T, then P^T and dS^T element by element, then dV and dK for
+    // this warp's keys.
     float st[kKeyTiles][kNTilesM][4];
     zero_tile(st);
     GemmS::gemm_qk16<false>(st, nullptr, sK, sQ, key_row0, lane);
-    if (tile_needs_mask(n0, m0, seq)) mask_transposed(st, n0 + key_row0, m0, seq, lane);
-#pragma unroll
-    for (int kt = 0; kt < kKeyTiles; ++kt)
-#pragma unroll
-      for (int nt = 0; nt < kNTilesM; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          st[kt][nt][i] = exp2_approx(fmaf(st[kt][nt][i], f.scale_log2, -sLse[nt * 8 + 2 * fr.t() + (i & 1)]));
-
     float dpt[kKeyTiles][kNTilesM][4];
     zero_tile(dpt);
     GemmDP::gemm_qk16<false>(dpt, nullptr, sV, sdO, key_row0, lane);
-    GemmS::gemm_pv16(dv, st, sdO, lane);  // P^T rounds to 16 bits here, as FA2's P does
+    {
+      // Read here, not with the head: live across the products above, it costs ptxas a spill
+      // at D = 128 with window, softcap and ALiBi together.
+      const float alibi_slope = alibi_slope_of(f, blockIdx.z, head);
+      const bool masked = tile_needs_mask(n0, m0, seq, left, right);
 #pragma unroll
-    for (int kt = 0; kt < kKeyTiles; ++kt)
+      for (int kt = 0; kt < kKeyTiles; ++kt)
 #pragma unroll
-      for (int nt = 0; nt < kNTilesM; ++nt)
+        for (int nt = 0; nt < kNTilesM; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          dpt[kt][nt][i] = st[kt][nt][i] * (dpt[kt][nt][i] - sD[nt * 8 + 2 * fr.t() + (i & 1)]);
+          for (int i = 0; i < 4; ++i) {
+            const int key = n0 + key_row0 + kt * 16 + fr.g() + (i / 2) * 8;
+            const int r = nt * 8 + 2 * fr.t() + (i & 1);  // query row within the Q block
+            float x = st[kt][nt][i];
+            const float factor = transform_with_grad(x, m0 + r, key, seq.offset(), f, alibi_slope);
+            if (masked && key_hidden(key, m0 + r, seq, left, right)) x = neg_inf();
+            const float prob = exp2_approx(fmaf(x, score_scale, -sLse[r]));
+            st[kt][nt][i] = prob;
+            dpt[kt][nt][i] = prob * (dpt[kt][nt][i] - sD[r]) * factor;
+          }
+    }
+    GemmS::gemm_pv16(dv, st, sdO, lane);   // P^T rounds to 16 bits here, as FA2's P does
     GemmDP::gemm_pv16(dk, dpt, sQ, lane);  // now dS^T
 
     // dS (fp32) to shared as [query row][key] for the query phase.
@@ -187,6 +218,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
           if (r < rows_q && c < kHeadDimQK) atomicAdd(p.dq_accum + (ws_head + m0 + r) * kDQK + c, dq[qt][nt][i] * p.scale);
         }
     __syncthreads();  // the next Q block overwrites sQ, sdO, sDs, sLse and sD
+    if (++m_block == end_m) m_block = first_m, ++head;
   }
 
   // ---- epilogue: dK (times the scale) and dV through the K and V tiles, then stored. Keys no

@@ -13,11 +13,11 @@ namespace fj::bwd {
 using namespace fj::cfg;
 using namespace fj::var;
 
-// What the first cut serves; the host refuses the rest until the later increments land
+// What the family serves so far; the host refuses the rest until the later increments land
 // (docs/design/backward.md).
-static_assert(k16Bit, "bwd_sm80 first cut: fp16 and bf16 only");
-static_assert(!kGqa && !kVarlen && !kKvLens && !kPaged, "bwd_sm80 first cut: no GQA, varlen, kv_lens or paged K/V");
-static_assert(!kWindow && !kSoftcap && !kAlibi && !kSinks, "bwd_sm80 first cut: causal or no mask only");
+static_assert(k16Bit, "bwd_sm80: fp16 and bf16 only so far");
+static_assert(!kVarlen && !kKvLens && !kPaged, "bwd_sm80: no varlen, kv_lens or paged K/V so far");
+static_assert(!kSinks, "bwd_sm80: no attention sinks so far");
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile

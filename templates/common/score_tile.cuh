@@ -61,17 +61,26 @@ struct TileEdges {
   }
 };
 
+// The softcap's tanh(scale * s / cap) of a raw score s: the forward scales it by cap (in log2
+// units) and the backward also needs it bare, for the derivative 1 - tanh^2.
+FJ_DEVICE float softcap_tanh(float x, const FjAttentionParams& p) {
+  // fp32 keeps its 1e-5 error bound only with the accurate tanh.
+  const float t = x * p.softcap_scale;
+  return var::k16Bit || var::kTf32 ? tanh_fast(t) : tanhf(t);
+}
+
+// ALiBi's bias -slope * |row + offset - col|, in the scores' units (slope from alibi_slope_of).
+FJ_DEVICE void add_alibi(float& x, int row, int col, int offset, float alibi_slope) {
+  x -= alibi_slope * float(abs(row + offset - col));
+}
+
 // The score transforms of one score x at (row, col), in FlashAttention's order: softcap (cap *
 // tanh(scale * s / cap), which leaves scores in log2 units), then ALiBi (-slope * |row + offset
 // - col|, in the scores' units). The one definition every family applies.
 FJ_DEVICE void transform_score(float& x, int row, int col, int offset, const FjAttentionParams& p,
                                float alibi_slope) {
-  if constexpr (cfg::kSoftcap) {
-    // fp32 keeps its 1e-5 error bound only with the accurate tanh.
-    const float t = x * p.softcap_scale;
-    x = p.softcap_log2 * (var::k16Bit || var::kTf32 ? tanh_fast(t) : tanhf(t));
-  }
-  if constexpr (cfg::kAlibi) x -= alibi_slope * float(abs(row + offset - col));
+  if constexpr (cfg::kSoftcap) x = p.softcap_log2 * softcap_tanh(x, p);
+  if constexpr (cfg::kAlibi) add_alibi(x, row, col, offset, alibi_slope);
 }
 
 // transform_score over a tile whose rows share one ALiBi slope (one query head).

@@ -65,6 +65,32 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
   }
 }
 
+// load_tile_async in a rolled loop: for copies issued inside a loop whose other work needs every
+// register (the backward's Q and dO tiles, once a Q block). When kThreads is not a multiple of
+// the chunks a row, load_tile_async unrolls into one precomputed offset per access, which the
+// compiler hoists out of the caller's loop and keeps live across it (the bwd_sm80 main kernel
+// spilled at head dim 96 and 112); here only the index and the base stay live.
+template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
+FJ_DEVICE void load_tile_async_rolled(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride,
+                                      int rows_valid, int tid) {
+  static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
+  constexpr int kChunks = kCols / kVec;
+  constexpr int kBytes = kVec * int(sizeof(Elem));
+#pragma unroll 1
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int c = (i % kChunks) * kVec;
+    const bool inside = r < rows_valid;
+    Elem* dst = smem + r * kSmemStride + c;
+    const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
+    if constexpr (kBytes >= 4) {
+      cp_async<kBytes>(dst, src, inside ? kBytes : 0);
+    } else {
+      *dst = inside ? *src : Elem(0);  // 2-byte elements one at a time: cp.async moves at least 4 bytes
+    }
+  }
+}
+
 // load_tile_async for rows that are not one stride apart: row r starts at row_ptr(r) (pages of a
 // paged cache, the query heads of a decode tile). Rows past rows_valid (>= 1) become zeros.
 template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads, class RowPtr>

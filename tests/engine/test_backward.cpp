@@ -129,13 +129,9 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
     const char* needle;
   };
   const Case cases[] = {
-      {"gqa", [](BackwardArgs& b) { b = make(DType::f16, 64, 77, 130, 6, 3); }, "k.shape[2]"},
       {"fp32", [](BackwardArgs& b) { b = make(DType::f32); }, "q.dtype"},
-      {"head dim 96", [](BackwardArgs& b) { b = make(DType::f16, 96); }, "head_dim"},
+      {"head dim 160", [](BackwardArgs& b) { b = make(DType::f16, 160); }, "head_dim"},
       {"head dim 256", [](BackwardArgs& b) { b = make(DType::f16, 256); }, "head_dim"},
-      {"window", [](BackwardArgs& b) { b.forward.window = Window{16, 0}; }, "window"},
-      {"softcap", [](BackwardArgs& b) { b.forward.softcap = 30.f; }, "softcap"},
-      {"alibi", [](BackwardArgs& b) { b.forward.alibi = Alibi{faddr(11), 0}; }, "alibi"},
       {"sinks", [](BackwardArgs& b) { b.forward.sinks = faddr(11); }, "sinks"},
       {"kv_lens", [](BackwardArgs& b) { b.forward.kv_lens = reinterpret_cast<const std::int32_t*>(addr(11)); }, "kv_lens"},
   };
@@ -163,6 +159,49 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
   // Before Ampere nothing serves it.
   auto old = engine().plan_backward(make(), "sm_75");
   CHECK(old.error().code() == Code::unsupported);
+}
+
+TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and head dims 1-128 plan a bwd_sm80 variant") {
+  struct Case {
+    const char* what;
+    void (*set)(BackwardArgs&);
+  };
+  const Case cases[] = {
+      {"gqa 4:1", [](BackwardArgs& b) { b = make(DType::f16, 64, 77, 130, 8, 2); }},
+      {"gqa 16:1", [](BackwardArgs& b) { b = make(DType::bf16, 128, 77, 130, 16, 1); }},
+      {"window", [](BackwardArgs& b) { b.forward.window = Window{16, 5}; }},
+      {"causal window", [](BackwardArgs& b) { b.forward.mask = Mask::causal, b.forward.window = Window{16, 0}; }},
+      {"softcap", [](BackwardArgs& b) { b.forward.softcap = 30.f; }},
+      {"alibi", [](BackwardArgs& b) { b.forward.alibi = Alibi{faddr(11), 0}; }},
+      {"head dim 1", [](BackwardArgs& b) { b = make(DType::f16, 1); }},
+      {"head dim 40", [](BackwardArgs& b) { b = make(DType::bf16, 40); }},
+      {"head dim 96", [](BackwardArgs& b) { b = make(DType::f16, 96); }},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    BackwardArgs b = make();
+    c.set(b);
+    const auto [code, msg] = plan_of(b);
+    INFO(msg);
+    CHECK(code == Code::ok);
+  }
+}
+
+TEST_CASE("backward: with GQA the main kernel runs per KV head, preprocess and convert per q-head") {
+  const BackwardArgs b = make(DType::f16, 64, 77, 130, 8, 2);
+  const AttentionProblem p = validate_backward(b).value();
+  const KernelVariant v{"bwd_sm80", p.semantics, tiling(64, 64, 4)};
+  WorkspaceMeter meter;
+  LaunchPlan plan;
+  REQUIRE(bwd().plan(p, v, DeviceContextInfo{}, meter, plan).ok());
+  REQUIRE(plan.count == 3);
+  CHECK(plan.kernels[0].grid.y == 8);
+  CHECK(plan.kernels[1].grid.y == 2);
+  CHECK(plan.kernels[2].grid.y == 8);
+  const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[1].params.bytes);
+  CHECK(bp->fwd.group == 4);
+  // The workspace is per q-head: K/V and their gradients are never expanded.
+  CHECK(meter.bytes() == 2 * 8 * 128 * 64 * 4 + 2 * 8 * 128 * 4);
 }
 
 TEST_CASE("backward: forward calls never plan the backward family, and the reverse") {

@@ -1,5 +1,5 @@
-// Every bwd_sm80 variant the first cut serves (f16/bf16 x head dim 64/128 x causal or not), on
-// every candidate tiling and the default, compiles through the engine's path (check_variant,
+// bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; each of GQA, window, softcap,
+// ALiBi alone; all four together, where they need the most registers, at head dims 1 to 128), on every candidate tiling and the default, compile through the engine's path (check_variant,
 // render_source, NVRTC with the engine's options) for sm_80 and sm_90a with no GPU, and its
 // cubin exports the three entry points the launch plan names. tests/templates/compile_bwd_check.py
 // adds the register and spill report.
@@ -83,6 +83,26 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
           if (std::find(tilings.begin(), tilings.end(), def) == tilings.end()) tilings.push_back(def);
           for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
         }
+    auto add_all_tilings = [&](const Semantics& s) {
+      REQUIRE(bwd().refusal(arch, s, nullptr) == nullptr);
+      std::vector<Tiling> tilings = bwd().candidate_tilings(arch, s);
+      const Tiling def = bwd().default_tiling(arch, s, nullptr);
+      if (std::find(tilings.begin(), tilings.end(), def) == tilings.end()) tilings.push_back(def);
+      for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
+    };
+    // Each feature alone, at the widest head dim's default tiling.
+    for (bool Semantics::*feature : {&Semantics::gqa, &Semantics::window, &Semantics::softcap, &Semantics::alibi}) {
+      Semantics s = backward_semantics(DType::f16, 128, Mask::causal);
+      s.*feature = true;
+      jobs.push_back({{"bwd_sm80", s, bwd().default_tiling(arch, s, nullptr)}, arch});
+    }
+    // All of them: the most registers (tests/templates/compile_bwd_check.py reports the spills).
+    for (int d : {1, 33, 40, 72, 96, 112, 128})  // every padded width but 32; 33 takes 2-byte copies
+      for (Mask m : {Mask::none, Mask::causal}) {
+        Semantics s = backward_semantics(DType::bf16, d, m, d % 8 ? 1 : 8);  // the access width dense views allow
+        s.gqa = s.window = s.softcap = s.alibi = true;
+        add_all_tilings(s);
+      }
     // Narrow accesses (a strided head dim; 4-byte aligned views) take the copies' other paths.
     for (int vec : {1, 2}) {
       const Semantics s = backward_semantics(DType::bf16, 64, Mask::causal, vec);

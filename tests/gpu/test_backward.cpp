@@ -1,6 +1,8 @@
 // The backward pass on the GPU (bwd_sm80): dq, dk and dv against a float64 CPU reference computed
 // here from the same fp16/bf16 inputs, on small odd shapes (no tile divides them), causal or not,
-// both 16-bit dtypes, head dims 64 and 128, gradients in [B,S,H,D] or [B,H,S,D] storage. Each case
+// both 16-bit dtypes, head dims 64 and 128 and odd ones, gradients in [B,S,H,D] or [B,H,S,D]
+// storage, GQA/MQA (4:1, 16:1), sliding windows narrower and wider than the sequence, softcap
+// with large logits, ALiBi. Each case
 // runs three times: on a caller workspace full of garbage, then twice on the engine's pool, and
 // every run must pass (nothing left over from an earlier call). dk and dv must be bit-identical
 // between runs; dq is summed with atomics in any order, so only its error bound is checked.
@@ -8,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -31,14 +34,30 @@ constexpr std::uint32_t kSeed = 2024;
 struct BwdCase {
   DType dtype = DType::f16;
   std::int64_t B = 2, H = 3, Sq = 77, Sk = 130, D = 64;
+  std::int64_t Hkv = 0;  // key/value heads; 0: H (no GQA)
   bool causal = false;
   bool bhsd_grads = false;  // dq, dk, dv in [B,H,S,D] storage
+  std::optional<Window> window;
+  std::optional<float> softcap;
+  std::optional<float> softmax_scale;  // unset: 1/sqrt(D)
+  bool alibi = false;                  // slopes kAlibiSlope0 / 2^h, one row for the batch
+  std::int64_t kv_heads() const { return Hkv ? Hkv : H; }
   std::string describe() const {
-    return std::string(dtype_name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H) + " Sq" +
-           std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) + (causal ? " causal" : " none") +
-           (bhsd_grads ? " grads-bhsd" : " grads-bshd");
+    std::string out = std::string(dtype_name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H);
+    if (Hkv) out += "/" + std::to_string(Hkv);
+    out += " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) + (causal ? " causal" : " none");
+    if (window) out += " win" + std::to_string(window->left) + "," + std::to_string(window->right);
+    if (softcap) out += " cap" + std::to_string(int(*softcap));
+    if (softmax_scale) out += " scale" + std::to_string(*softmax_scale).substr(0, 4);
+    if (alibi) out += " alibi";
+    return out + (bhsd_grads ? " grads-bhsd" : " grads-bshd");
   }
 };
+
+// ALiBi's slopes: head h gets kAlibiSlope0 / 2^h (the paper's geometric series, shifted so the
+// first head's bias is strong enough to matter over the test's 130 keys).
+constexpr double kAlibiSlope0 = 0.5;
+float alibi_slope(std::int64_t h) { return float(kAlibiSlope0 / double(1ll << h)); }
 
 // Host tensors, [B,S,H,D] row-major, holding the values the kernels see (already rounded).
 struct HostProblem {
@@ -51,52 +70,68 @@ std::int64_t at(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t S, 
   return ((b * S + s) * H + h) * D;
 }
 
-// The forward (o, lse) and the backward in float64, straight from the definitions:
-//   P = exp(scale q.k - lse) over visible keys, o = P v, dP = dO.v, D = rowsum(P dP) (= rowsum(dO o)),
-//   dS = P (dP - D), dq = scale dS k, dk = scale dS^T q, dv = P^T dO.
+// The forward (o, lse) and the backward in float64, straight from the definitions. With
+// z = the logit of (i, j): scale q.k, or cap tanh(scale q.k / cap) with softcap, minus ALiBi's
+// slope |i + Sk - Sq - j|, over the keys row i sees (causal diagonal, window):
+//   P = exp(z - lse), o = P v, dP = dO.v, D = rowsum(P dP) (= rowsum(dO o)), dS = P (dP - D),
+//   dq = dS dz/ds k, dk = dS^T dz/ds q (summed over the q-heads sharing the KV head), dv = P^T dO,
+// where dz/ds = scale, times 1 - tanh^2 with softcap.
 HostProblem make_problem(const BwdCase& c) {
   HostProblem p;
   p.c = c;
-  std::mt19937 rng(kSeed + std::uint32_t(c.D + c.Sq + 7 * c.causal + 3 * int(c.dtype)));
+  std::mt19937 rng(kSeed + std::uint32_t(c.D + c.Sq + 7 * c.causal + 3 * int(c.dtype) + 11 * c.Hkv));
   std::normal_distribution<float> normal(0.f, 1.f);
   auto fill = [&](std::vector<float>& x, std::int64_t n) {
     x.resize(std::size_t(n));
     for (float& e : x) e = quantize(normal(rng), c.dtype);
   };
-  const std::int64_t nq = c.B * c.Sq * c.H * c.D, nk = c.B * c.Sk * c.H * c.D;
+  const std::int64_t Hkv = c.kv_heads(), group = c.H / Hkv;
+  const std::int64_t nq = c.B * c.Sq * c.H * c.D, nk = c.B * c.Sk * Hkv * c.D;
   fill(p.q, nq), fill(p.k, nk), fill(p.v, nk), fill(p.dout, nq);
   p.o.assign(std::size_t(nq), 0.f);
   p.lse.assign(std::size_t(c.B * c.H * c.Sq), 0.f);
   p.dq.assign(std::size_t(nq), 0.0), p.dk.assign(std::size_t(nk), 0.0), p.dv.assign(std::size_t(nk), 0.0);
-  const double scale = 1.0 / std::sqrt(double(c.D));
-  std::vector<double> prob(std::size_t(c.Sk)), dp(std::size_t(c.Sk));
+  const double scale = c.softmax_scale ? double(*c.softmax_scale) : 1.0 / std::sqrt(double(c.D));
+  const std::int64_t offset = c.Sk - c.Sq;  // the bottom-right diagonal
+  std::vector<double> prob(std::size_t(c.Sk)), dp(std::size_t(c.Sk)), dzds(std::size_t(c.Sk));
   for (std::int64_t b = 0; b < c.B; ++b)
     for (std::int64_t h = 0; h < c.H; ++h)
       for (std::int64_t i = 0; i < c.Sq; ++i) {
+        const std::int64_t hk = h / group;
         const float* qi = &p.q[std::size_t(at(b, i, h, c.Sq, c.H, c.D))];
         const float* doi = &p.dout[std::size_t(at(b, i, h, c.Sq, c.H, c.D))];
-        const std::int64_t last = c.causal ? std::min(c.Sk - 1, i + c.Sk - c.Sq) : c.Sk - 1;  // bottom-right diagonal
+        std::int64_t first = 0, last = c.Sk - 1;
+        if (c.causal) last = std::min(last, i + offset);
+        if (c.window && c.window->left >= 0) first = std::max(first, i + offset - c.window->left);
+        if (c.window && c.window->right >= 0 && !c.causal) last = std::min(last, i + offset + c.window->right);
         double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t j = 0; j <= last; ++j) {
-          const float* kj = &p.k[std::size_t(at(b, j, h, c.Sk, c.H, c.D))];
+        for (std::int64_t j = first; j <= last; ++j) {
+          const float* kj = &p.k[std::size_t(at(b, j, hk, c.Sk, Hkv, c.D))];
           double s = 0;
           for (std::int64_t d = 0; d < c.D; ++d) s += double(qi[d]) * kj[d];
-          prob[std::size_t(j)] = s * scale;
-          m = std::max(m, prob[std::size_t(j)]);
+          double z = s * scale, grad = scale;
+          if (c.softcap) {
+            const double t = std::tanh(z / *c.softcap);
+            z = *c.softcap * t, grad = scale * (1 - t * t);
+          }
+          if (c.alibi) z -= double(alibi_slope(h)) * double(std::llabs(i + offset - j));
+          prob[std::size_t(j)] = z;
+          dzds[std::size_t(j)] = grad;
+          m = std::max(m, z);
         }
         float& lse = p.lse[std::size_t((b * c.H + h) * c.Sq + i)];
-        if (last < 0) {  // a row that sees no key: o = 0, lse = -inf, no gradient
+        if (last < first) {  // a row that sees no key: o = 0, lse = -inf, no gradient
           lse = -std::numeric_limits<float>::infinity();
           continue;
         }
         double sum = 0;
-        for (std::int64_t j = 0; j <= last; ++j) sum += std::exp(prob[std::size_t(j)] - m);
+        for (std::int64_t j = first; j <= last; ++j) sum += std::exp(prob[std::size_t(j)] - m);
         const double row_lse = m + std::log(sum);
         lse = float(row_lse);
         double dsum = 0;
         std::vector<double> oi(std::size_t(c.D), 0.0);
-        for (std::int64_t j = 0; j <= last; ++j) {
-          const float* vj = &p.v[std::size_t(at(b, j, h, c.Sk, c.H, c.D))];
+        for (std::int64_t j = first; j <= last; ++j) {
+          const float* vj = &p.v[std::size_t(at(b, j, hk, c.Sk, Hkv, c.D))];
           prob[std::size_t(j)] = std::exp(prob[std::size_t(j)] - row_lse);
           double d = 0;
           for (std::int64_t e = 0; e < c.D; ++e) d += double(doi[e]) * vj[e], oi[std::size_t(e)] += prob[std::size_t(j)] * vj[e];
@@ -105,12 +140,12 @@ HostProblem make_problem(const BwdCase& c) {
         }
         for (std::int64_t e = 0; e < c.D; ++e)
           p.o[std::size_t(at(b, i, h, c.Sq, c.H, c.D) + e)] = quantize(float(oi[std::size_t(e)]), c.dtype);
-        for (std::int64_t j = 0; j <= last; ++j) {
-          const double ds = prob[std::size_t(j)] * (dp[std::size_t(j)] - dsum);
-          const std::int64_t kj = at(b, j, h, c.Sk, c.H, c.D), qi_at = at(b, i, h, c.Sq, c.H, c.D);
+        for (std::int64_t j = first; j <= last; ++j) {
+          const double ds = prob[std::size_t(j)] * (dp[std::size_t(j)] - dsum) * dzds[std::size_t(j)];
+          const std::int64_t kj = at(b, j, hk, c.Sk, Hkv, c.D), qi_at = at(b, i, h, c.Sq, c.H, c.D);
           for (std::int64_t e = 0; e < c.D; ++e) {
-            p.dq[std::size_t(qi_at + e)] += scale * ds * p.k[std::size_t(kj + e)];
-            p.dk[std::size_t(kj + e)] += scale * ds * qi[e];
+            p.dq[std::size_t(qi_at + e)] += ds * p.k[std::size_t(kj + e)];
+            p.dk[std::size_t(kj + e)] += ds * qi[e];
             p.dv[std::size_t(kj + e)] += prob[std::size_t(j)] * doi[e];
           }
         }
@@ -158,8 +193,29 @@ Error compare(const tools::DeviceBuffer& buf, const TensorView& view, const std:
   return e;
 }
 
+// The arguments of case c over its buffers (q, k, v, o, lse, dout, dq, dk, dv, alibi slopes in order).
+void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
+  const std::int64_t Hkv = c.kv_heads();
+  AttentionArgs& f = a.forward;
+  f.q = TensorView::bshd(at[0], c.dtype, c.B, c.Sq, c.H, c.D);
+  f.k = TensorView::bshd(at[1], c.dtype, c.B, c.Sk, Hkv, c.D);
+  f.v = TensorView::bshd(at[2], c.dtype, c.B, c.Sk, Hkv, c.D);
+  f.o = TensorView::bshd(at[3], c.dtype, c.B, c.Sq, c.H, c.D);
+  f.lse = LseView::contiguous(static_cast<float*>(const_cast<void*>(at[4])), c.B, c.H, c.Sq);
+  f.mask = c.causal ? Mask::causal : Mask::none;
+  f.window = c.window;
+  f.softcap = c.softcap;
+  f.softmax_scale = c.softmax_scale;
+  if (c.alibi) f.alibi = Alibi{static_cast<const float*>(at[9]), 0};
+  a.dout = TensorView::bshd(at[5], c.dtype, c.B, c.Sq, c.H, c.D);
+  auto grad = c.bhsd_grads ? &TensorView::bhsd : &TensorView::bshd;
+  a.dq = grad(at[6], c.dtype, c.B, c.Sq, c.H, c.D);
+  a.dk = grad(at[7], c.dtype, c.B, c.Sk, Hkv, c.D);
+  a.dv = grad(at[8], c.dtype, c.B, c.Sk, Hkv, c.D);
+}
+
 struct DeviceProblem {
-  tools::DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv;
+  tools::DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, alibi;
   BackwardArgs args;
 };
 
@@ -170,21 +226,15 @@ void make_device(const HostProblem& p, DeviceProblem& d) {
   d.o = upload(p.o, c.dtype), d.dout = upload(p.dout, c.dtype);
   d.lse = tools::DeviceBuffer::allocate(drv, p.lse.size() * sizeof(float)).value();
   REQUIRE(d.lse.upload(p.lse.data(), p.lse.size() * sizeof(float)).ok());
+  std::vector<float> slopes(std::size_t(c.H));
+  for (std::int64_t h = 0; h < c.H; ++h) slopes[std::size_t(h)] = alibi_slope(h);
+  d.alibi = tools::DeviceBuffer::allocate(drv, slopes.size() * sizeof(float)).value();
+  REQUIRE(d.alibi.upload(slopes.data(), slopes.size() * sizeof(float)).ok());
   d.dq = tools::DeviceBuffer::allocate(drv, p.q.size() * 2).value();
   d.dk = tools::DeviceBuffer::allocate(drv, p.k.size() * 2).value();
   d.dv = tools::DeviceBuffer::allocate(drv, p.v.size() * 2).value();
-  AttentionArgs& f = d.args.forward;
-  f.q = TensorView::bshd(d.q.ptr(), c.dtype, c.B, c.Sq, c.H, c.D);
-  f.k = TensorView::bshd(d.k.ptr(), c.dtype, c.B, c.Sk, c.H, c.D);
-  f.v = TensorView::bshd(d.v.ptr(), c.dtype, c.B, c.Sk, c.H, c.D);
-  f.o = TensorView::bshd(d.o.ptr(), c.dtype, c.B, c.Sq, c.H, c.D);
-  f.lse = LseView::contiguous(static_cast<float*>(d.lse.ptr()), c.B, c.H, c.Sq);
-  f.mask = c.causal ? Mask::causal : Mask::none;
-  d.args.dout = TensorView::bshd(d.dout.ptr(), c.dtype, c.B, c.Sq, c.H, c.D);
-  auto grad = c.bhsd_grads ? &TensorView::bhsd : &TensorView::bshd;
-  d.args.dq = grad(d.dq.ptr(), c.dtype, c.B, c.Sq, c.H, c.D);
-  d.args.dk = grad(d.dk.ptr(), c.dtype, c.B, c.Sk, c.H, c.D);
-  d.args.dv = grad(d.dv.ptr(), c.dtype, c.B, c.Sk, c.H, c.D);
+  set_views(c, {d.q.ptr(), d.k.ptr(), d.v.ptr(), d.o.ptr(), d.lse.ptr(), d.dout.ptr(), d.dq.ptr(), d.dk.ptr(), d.dv.ptr(), d.alibi.ptr()},
+            d.args);
 }
 
 // Poisons the gradients, runs the backward, checks each against the bound; returns dk's and dv's bits.
@@ -238,16 +288,7 @@ void check_case(const BwdCase& c) {
 // The views of `c` at fake addresses, for planning only.
 void fake_views(const BwdCase& c, BackwardArgs& a) {
   auto at_slot = [](std::uintptr_t slot) { return reinterpret_cast<const void*>(slot << 32); };
-  a.forward.q = TensorView::bshd(at_slot(1), c.dtype, c.B, c.Sq, c.H, c.D);
-  a.forward.k = TensorView::bshd(at_slot(2), c.dtype, c.B, c.Sk, c.H, c.D);
-  a.forward.v = TensorView::bshd(at_slot(3), c.dtype, c.B, c.Sk, c.H, c.D);
-  a.forward.o = TensorView::bshd(at_slot(4), c.dtype, c.B, c.Sq, c.H, c.D);
-  a.forward.lse = LseView::contiguous(reinterpret_cast<float*>(std::uintptr_t(5) << 32), c.B, c.H, c.Sq);
-  a.forward.mask = c.causal ? Mask::causal : Mask::none;
-  a.dout = TensorView::bshd(at_slot(6), c.dtype, c.B, c.Sq, c.H, c.D);
-  a.dq = TensorView::bshd(at_slot(7), c.dtype, c.B, c.Sq, c.H, c.D);
-  a.dk = TensorView::bshd(at_slot(8), c.dtype, c.B, c.Sk, c.H, c.D);
-  a.dv = TensorView::bshd(at_slot(9), c.dtype, c.B, c.Sk, c.H, c.D);
+  set_views(c, {at_slot(1), at_slot(2), at_slot(3), at_slot(4), at_slot(5), at_slot(6), at_slot(7), at_slot(8), at_slot(9), at_slot(10)}, a);
 }
 
 // Compiles the cases' variants on every core first (each case then only loads its module).
@@ -294,8 +335,51 @@ TEST_CASE("backward: dq, dk, dv match float64 on odd shapes (f16/bf16, D 64/128,
   for (const BwdCase& c : cases) check_case(c);
 }
 
+TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and odd head dims match float64, twice, on garbage workspace") {
+  std::vector<BwdCase> cases;
+  auto add = [&](DType dt, std::int64_t d, bool causal, auto&& set) {
+    BwdCase c;
+    c.dtype = dt, c.D = d, c.causal = causal;
+    set(c);
+    cases.push_back(c);
+  };
+  // GQA 4:1 and 16:1 (MQA): dk and dv summed over the group in one CTA.
+  add(DType::f16, 64, false, [](BwdCase& c) { c.H = 8, c.Hkv = 2; });
+  add(DType::bf16, 128, true, [](BwdCase& c) { c.H = 8, c.Hkv = 2, c.bhsd_grads = true; });
+  add(DType::bf16, 64, true, [](BwdCase& c) { c.B = 1, c.H = 16, c.Hkv = 1; });
+  add(DType::f16, 128, false, [](BwdCase& c) { c.B = 1, c.H = 16, c.Hkv = 1; });
+  // Windows narrower than the sequence (both sides, left only with causal, Sq > Sk) and wider.
+  add(DType::f16, 64, false, [](BwdCase& c) { c.window = Window{16, 8}; });
+  add(DType::bf16, 128, true, [](BwdCase& c) { c.window = Window{20, 0}; });
+  add(DType::f16, 64, true, [](BwdCase& c) { c.Sq = 130, c.Sk = 77, c.window = Window{10, 0}; });
+  add(DType::bf16, 64, false, [](BwdCase& c) { c.window = Window{500, 500}; });
+  add(DType::f16, 128, false, [](BwdCase& c) { c.window = Window{Window::kUnbounded, 3}; });
+  // Softcap with large logits: scale 1 puts q.k at about +-sqrt(D), well into tanh's flat part.
+  add(DType::f16, 64, false, [](BwdCase& c) { c.softcap = 5.f, c.softmax_scale = 1.f; });
+  add(DType::bf16, 128, true, [](BwdCase& c) { c.softcap = 30.f, c.softmax_scale = 1.f; });
+  // ALiBi, alone and with a window.
+  add(DType::f16, 64, true, [](BwdCase& c) { c.alibi = true; });
+  add(DType::bf16, 128, false, [](BwdCase& c) { c.alibi = true, c.window = Window{40, 40}; });
+  // Everything at once.
+  add(DType::bf16, 96, true, [](BwdCase& c) {
+    c.H = 8, c.Hkv = 2, c.window = Window{30, 0}, c.softcap = 20.f, c.alibi = true;
+  });
+  // Head dims padded to 16 (1, 33 and 40 also take narrower copies), with and without a mask.
+  for (std::int64_t d : {1, 33, 40, 72, 96, 112})
+    add(d % 2 ? DType::f16 : DType::bf16, d, d > 64, [](BwdCase&) {});
+  precompile(cases);
+  for (const BwdCase& c : cases) check_case(c);
+}
+
 TEST_CASE("backward: small case (compute-sanitizer runs this one)") {
   BwdCase c;
   c.B = 1, c.H = 2, c.Sq = 40, c.Sk = 70, c.D = 64, c.causal = true;
+  check_case(c);
+}
+
+TEST_CASE("backward: small case with GQA, window, softcap and ALiBi (compute-sanitizer runs this one)") {
+  BwdCase c;
+  c.B = 1, c.H = 4, c.Hkv = 1, c.Sq = 40, c.Sk = 70, c.D = 40, c.causal = true;
+  c.window = Window{24, 0}, c.softcap = 10.f, c.alibi = true;
   check_case(c);
 }

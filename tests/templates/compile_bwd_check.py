@@ -127,17 +127,64 @@ def resources(log):
     return out
 
 
+# engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128}, 4 or 8
+# warps, each warp a multiple of 16 keys and rows, and at most kMaxAccumulators fp32 key-phase
+# accumulators a thread (S^T, dP^T, dK, dV).
+MAX_ACCUMULATORS = 192
+MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap or ALiBi
+
+
+SPILLING_HEAD_DIM = 112  # kSpillingHeadDim: 32 x 32 on 2 warps only
+
+
+def candidate_tilings(d, feats):
+    if (d + 15) // 16 * 16 == SPILLING_HEAD_DIM:
+        return [(32, 32, 2)]
+    out = []
+    for bm in (64, 128):
+        for bn in (64, 128):
+            for w in (4, 8):
+                if bm % (16 * w) or bn % (16 * w):
+                    continue
+                key_tiles = bn // w // 16
+                edits = any(feats.get(k) for k in ("window", "softcap", "alibi"))
+                if edits and 2 * key_tiles * bm // 8 * 4 > MAX_SCORE_REGISTERS_WITH_EDITS:
+                    continue
+                d_pad = (d + 15) // 16 * 16
+                if key_tiles * 4 * (2 * d_pad // 8 + 2 * bm // 8) <= MAX_ACCUMULATORS:
+                    out.append((bm, bn, w))
+    return out
+
+
+# Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
+# most registers) on every candidate tiling of every head dim in HEAD_DIMS.
+FEATURES = {"": {}, "gqa": {"gqa": True}, "window": {"window": True}, "softcap": {"softcap": True},
+            "alibi": {"alibi": True}}
+ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True}
+HEAD_DIMS = (1, 33, 40, 64, 72, 96, 112, 128)  # every padded width but 32: the smallest, narrow copies, chunk counts not dividing the threads, the old two
+
+
 def variants(quick):
-    # The tilings the host would pick first (docs/design/backward.md): 64 x 64 on 4 warps for
-    # D <= 128 (each warp: 16 keys in the key phase, 16 query rows in the query phase).
-    tilings = {64: [(64, 64, 4), (128, 64, 4)], 128: [(64, 64, 4)]}
+    def one(dtype, d, mask, feats, tag, tiling):
+        bm, bn, w = tiling
+        # The widest access dividing the head dim, as the host's widest_vec picks for dense views.
+        vec = next(v for v in (8, 4, 2, 1) if d % v == 0)
+        sem = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask, "vec": vec}
+        sem.update(feats)
+        return (sem, [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w)],
+                "bwd_sm80_%s_d%d_%s%s_m%dn%dw%d" % (dtype, d, mask, tag, bm, bn, w))
+
     for dtype in ("f16", "bf16"):
-        for d in (64, 128):
-            for mask in ("none", "causal"):
-                for bm, bn, w in tilings[d][:1] if quick else tilings[d]:
-                    yield ({"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask},
-                           [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w)],
-                           "bwd_sm80_%s_d%d_%s_m%dn%dw%d" % (dtype, d, mask, bm, bn, w))
+        for mask in ("none", "causal"):
+            for d in (64, 128):
+                for tag, feats in FEATURES.items():
+                    if tag and quick:
+                        continue
+                    yield one(dtype, d, mask, feats, "_" + tag if tag else "", (64, 64, 4))
+            if not quick:  # registers grow with the features: all of them bound each alone
+                for d in HEAD_DIMS:
+                    for t in candidate_tilings(d, ALL):
+                        yield one(dtype, d, mask, ALL, "_all", t)
 
 
 def main():

@@ -2,7 +2,8 @@
 // cores. Knobs, tile rules, what the first cut refuses, its workspace, and the launch plan:
 // three kernels of one module on one stream —
 //   preprocess: a CTA per (BLOCK_M query rows, head, batch): D = rowsum(dO * O), dQ accumulator zeroed;
-//   main:       a CTA per (BLOCK_N keys, head, batch): dK, dV written, dQ added with atomics;
+//   main:       a CTA per (BLOCK_N keys, KV head, batch), looping over the q-heads of its GQA group:
+//               dK, dV written, dQ added with atomics;
 //   convert:    a CTA per (BLOCK_M query rows, head, batch): the dQ accumulator to dq.
 #include <algorithm>
 #include <cstdint>
@@ -29,17 +30,39 @@ constexpr int kPriority = 100;  // the only backward family so far
 // fp32 accumulators a thread holds in the key phase (S^T, dP^T, dK, dV) that candidates may
 // reach: D = 128 at 64x64 on 4 warps holds 192 and compile_bwd_check.py sees no spills there.
 constexpr int kMaxAccumulators = 192;
-// The head dims the first cut's kernels were written and checked for (docs/design/backward.md).
-constexpr int kHeadDims[] = {64, 128};
+// The widest head dim: past it dK + dV of one warp's 16 keys (2 * D / 8 * 4 fp32 registers a
+// thread, 256 at D = 256) leave no room for S^T and dP^T; wider needs the head dim split across
+// warps (docs/design/backward.md).
+constexpr int kMaxHeadDim = 128;
+// S^T and dP^T registers a thread may hold (2 * key tiles * BLOCK_M / 8 * 4) with a window,
+// softcap or ALiBi: the element-wise pass that applies them and forms P^T and dS^T spills at 128
+// with all of them on (BLOCK_M = 128 at D = 40 and 64; BLOCK_N = 128 on 4 warps at D = 1;
+// sm_80 and sm_90a, compile_bwd_check.py) though the accumulator count fits.
+constexpr int kMaxScoreRegistersWithEdits = 64;
 // The least shared memory: one warp's 16 keys and 16 rows.
 const Tiling kSmallest(kKnobs, {kMmaRows, kMmaRows, 1});
-// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows; no spills at D <= 128).
+// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows).
 const Tiling kDefault(kKnobs, {64, 64, 4});
+// The padded head dim (D 97-112) at which ptxas spills the main kernel at 64x64 on 4 warps (12-24
+// bytes with no feature, sm_80, compile_bwd_check.py) though D = 128 does not: it gets 32x32 on 2
+// warps, which fits with every feature on (250 registers), and no other candidate.
+constexpr int kSpillingHeadDim = 112;
+const Tiling kNarrow(kKnobs, {32, 32, 2});
+bool spills_at_default(const Semantics& s) {
+  return fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign) == kSpillingHeadDim;
+}
 
 int accumulators(const Semantics& s, const Tiling& t) {
   const int key_tiles = t[kBlockN] / t[kWarps] / kMmaRows;
   constexpr int kPerN8Tile = 4;  // an m16n8 fp32 tile is 4 registers a thread
-  return key_tiles * kPerN8Tile * ((s.head_dim_qk + s.head_dim_v) / 8 + 2 * t[kBlockM] / 8);
+  const fj_layout::BwdLayout l = fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
+  return key_tiles * kPerN8Tile * ((l.dqk + l.dv) / 8 + 2 * t[kBlockM] / 8);  // padded head dims: what the mma tiles hold
+}
+
+// The S^T and dP^T tiles of the key phase, in fp32 registers a thread.
+int score_registers(const Tiling& t) {
+  constexpr int kPerN8Tile = 4;
+  return 2 * (t[kBlockN] / t[kWarps] / kMmaRows) * (t[kBlockM] / 8) * kPerN8Tile;
 }
 
 int smem_bytes(const Semantics& s, const Tiling& t) {
@@ -76,15 +99,11 @@ class BwdSm80 final : public KernelFamilyBase {
     if (arch.major < 8) return kNeedsSm80;
     if (s.dtype != DType::f16 && s.dtype != DType::bf16)
       return "q.dtype: the backward takes f16 or bf16 so far (fp32 needs its tf32 fragment path)";
-    if (s.head_dim_qk != s.head_dim_v || std::find(std::begin(kHeadDims), std::end(kHeadDims), s.head_dim_qk) == std::end(kHeadDims))
-      return "q.shape[3] and v.shape[3] (head_dim): the backward takes 64 or 128, the same for q, k and v, so far";
-    if (s.gqa) return "k.shape[2] (heads) != q.shape[2]: the backward needs as many key/value heads as query heads so far (no GQA/MQA)";
+    if (s.head_dim_qk != s.head_dim_v || s.head_dim_qk < 1 || s.head_dim_qk > kMaxHeadDim)
+      return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
     if (s.varlen) return "varlen: the backward does not take ragged batches yet";
     if (s.kv_lens) return "kv_lens: the backward does not take per-sequence key counts yet";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
-    if (s.window) return "window: the backward does not take sliding windows yet (causal or none only)";
-    if (s.softcap) return "softcap: the backward does not take the softcap's derivative yet";
-    if (s.alibi) return "alibi: the backward does not take ALiBi yet";
     if (s.sinks) return "sinks: the backward does not take attention sinks yet";
     return smem_refusal(*this, arch, s);
   }
@@ -103,17 +122,21 @@ class BwdSm80 final : public KernelFamilyBase {
 
   // The default fits every arch from sm_80 (D = 128: 87.5 KB, under sm_86's 99 KB).
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+    if (spills_at_default(s)) return kNarrow;
     return smem_bytes(s, kDefault) <= arch_smem_limit(arch) ? kDefault : kSmallest;
   }
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out;
+    if (spills_at_default(s)) return {kNarrow};
     for (int bm : {64, 128})
       for (int bn : {64, 128})
         for (int w : {4, 8}) {
           const Tiling t(kKnobs, {bm, bn, w});
+          const bool score_edits = s.window || s.softcap || s.alibi;
           if (check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
-              accumulators(s, t) <= kMaxAccumulators)
+              accumulators(s, t) <= kMaxAccumulators &&
+              !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits))
             out.push_back(t);
         }
     return out;
@@ -143,10 +166,10 @@ class BwdSm80 final : public KernelFamilyBase {
         dpsum = reinterpret_cast<float*>(base + w.dpsum_offset);
       }
     }
-    auto add = [&](int entry, unsigned blocks, int smem) {
+    auto add = [&](int entry, unsigned blocks, std::int64_t heads, int smem) {
       KernelLaunch& k = out.add();
       k.entry = entry;
-      k.grid = {blocks, unsigned(p.shape.heads_q), unsigned(p.shape.batch)};
+      k.grid = {blocks, unsigned(heads), unsigned(p.shape.batch)};
       k.block = {unsigned(t[kWarps] * 32), 1, 1};
       k.smem_bytes = unsigned(smem);
       FjBackwardParams& bp = k.params.emplace<FjBackwardParams>();
@@ -167,9 +190,10 @@ class BwdSm80 final : public KernelFamilyBase {
       bp.scale = p.scale;
     };
     // Entries in entry_points()' order; with no keys, convert writes dq = 0 from the zeroed accumulator.
-    if (m_blocks > 0) add(0, m_blocks, 0);
-    if (n_blocks > 0) add(1, n_blocks, smem_bytes(v.semantics, t));
-    if (m_blocks > 0) add(2, m_blocks, 0);
+    // preprocess and convert work per q-head; main per KV head (it walks the group's q-heads).
+    if (m_blocks > 0) add(0, m_blocks, p.shape.heads_q, 0);
+    if (n_blocks > 0) add(1, n_blocks, p.shape.heads_kv, smem_bytes(v.semantics, t));
+    if (m_blocks > 0) add(2, m_blocks, p.shape.heads_q, 0);
     return {};
   }
 };
