@@ -182,7 +182,8 @@ def test_deterministic_algorithms_ask_for_the_deterministic_backward(reference_l
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         activation = sdpa.Activation("cpu", reference_launcher, lambda *a, **kw: seen.append(kw["deterministic"]))
-    was, was_warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    was = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     try:
         torch.use_deterministic_algorithms(True, warn_only=warn_only)
         sdpa_backward_call()

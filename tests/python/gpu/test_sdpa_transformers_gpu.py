@@ -4,10 +4,10 @@ SDPA: with "FLASHJIT" active, F.scaled_dot_product_attention's flash calls run f
 routed-call counter moves by the number of calls) and land within twice the error of aten's own
 flash kernel against a float64 reference, on the same inputs; varlen through aten's
 _flash_attention_forward; torch.compile's output stride checks; restore gives aten's kernel back.
-The backward through SDPA: test_sdpa_backward_gpu.py. transformers: tiny randomly initialised models (configs built here, no download)
-with attn_implementation="fj_attention" against "sdpa" (or "eager" where sdpa lacks softcap or
-sinks): logits at the real tokens in bf16, greedy generation in fp32, with left padding, sliding
-windows and static caches."""
+The backward through SDPA: test_sdpa_backward_gpu.py. transformers: tiny randomly initialised
+models (configs built here, no download) with attn_implementation="fj_attention" against "sdpa"
+(or "eager" where sdpa lacks softcap or sinks): logits at the real tokens in bf16, greedy
+generation in fp32, with left padding, sliding windows and static caches."""
 import copy
 import warnings
 
