@@ -20,7 +20,8 @@ aten's kernels would read flashjit's LSE, output and rng state as if FlashAttent
 them, which nothing proves (rows that see no key, for one, get LSE -inf from flashjit and +inf from
 FlashAttention-2), while flashjit's backward reads exactly what flashjit's forward wrote. It covers
 the engine's backward: dense, causal or not, no dropout or window, no grouped-query heads, fp16/bf16,
-head dim 64 or 128; anything else raises naming the argument and the rule (the forward still runs).
+head dim 64 or 128; anything else raises naming the argument and the rule (the forward still runs,
+and warns with the engine's message where autograd records it, as flashjit's own functions do).
 If a forward ran with autograd recording, the route outlives restore_flash_attention_impl() for the
 rest of the process (a graph recorded through flashjit may still be backpropagated later); aten's
 flash forwards run after restore then get flashjit's backward too, or its refusal where it has
@@ -132,14 +133,16 @@ def flash_lse(query, cum_seq_q):
 
 # ---- the kernels -------------------------------------------------------------------------------
 
-def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backward):
-    """The override's kernels by aten op name: (forward ones, backward ones). device_type, launch
-    and launch_backward are parameters so the CPU tests can route a CPU reference through the same
-    code; on_forward(query, key, value) is told of each forward (the activation uses it to see
-    autograd recording)."""
+def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backward,
+             warn_backward=sdpa_backward.warn_if_refused):
+    """The override's kernels by aten op name: (forward ones, backward ones). device_type, launch,
+    launch_backward and warn_backward are parameters so the CPU tests can route a CPU reference
+    through the same code; on_forward(query, key, value) is told of each forward and says whether
+    autograd records it (the activation uses it to see recording), warn_backward is called with a
+    recorded forward's flashjit arguments."""
 
     def run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table):
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording=False):
         _check_devices(op, device_type, (("query", query), ("key", key), ("value", value), ("out", out),
                                          ("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k), ("seqused_k", seqused_k),
                                          ("alibi_slopes", alibi_slopes), ("block_table", block_table)))
@@ -155,11 +158,15 @@ def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backwar
                                      device=query.device)
             cu_k = None
         left, right = interface._window((window_size_left, window_size_right), is_causal)
-        launch(query, key, value, out, lse, cu_seqlens_q=cum_seq_q, cu_seqlens_k=cu_k,
-               max_seqlen_q=int(max_q) if cum_seq_q is not None else 0,
-               max_seqlen_k=int(max_k) if cum_seq_q is not None else 0, kv_lens=kv_lens, block_table=block_table,
-               alibi_slopes=alibi_slopes, softmax_scale=0.0 if scale is None else float(scale), causal=bool(is_causal),
-               window_left=left, window_right=right)
+        varlen = cum_seq_q is not None
+        options = dict(cu_seqlens_q=cum_seq_q, cu_seqlens_k=cu_k, max_seqlen_q=int(max_q) if varlen else 0,
+                       max_seqlen_k=int(max_k) if varlen else 0, kv_lens=kv_lens,
+                       block_table=block_table, alibi_slopes=alibi_slopes,
+                       softmax_scale=0.0 if scale is None else float(scale), causal=bool(is_causal), window_left=left,
+                       window_right=right)
+        if recording:
+            warn_backward(query, key, value, **options)
+        launch(query, key, value, out, lse, **options)
         _count(op)
 
     def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
@@ -170,9 +177,9 @@ def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backwar
         _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
         out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
         lse = flash_lse(query, cum_seq_q)
-        on_forward(query, key, value)
+        recording = on_forward(query, key, value)
         run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording)
         return (out, lse) + _rng_outputs(query) + (query.new_empty(0),)
 
     def flash_attention_forward_no_dropout_inplace(out, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
@@ -182,9 +189,9 @@ def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backwar
         op = "_flash_attention_forward_no_dropout_inplace"
         _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
         lse = flash_lse(query, cum_seq_q)
-        on_forward(query, key, value)
+        recording = on_forward(query, key, value)
         run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording)
         return lse
 
     def scaled_dot_product_flash_attention(query, key, value, dropout_p=0.0, is_causal=False,
@@ -199,9 +206,9 @@ def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backwar
                                     % (op, name, t.dim()))
         out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
         lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
-        on_forward(query, key, value)  # before the views: made below autograd, they never require grad
+        recording = on_forward(query, key, value)  # before the views: made below autograd, they never require grad
         run_flash(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), out.transpose(1, 2), lse,
-                  None, None, 0, 0, is_causal, scale, None, None, None, None, None)
+                  None, None, 0, 0, is_causal, scale, None, None, None, None, None, recording)
         return (out, lse, None, None, query.shape[2], key.shape[2]) + _rng_outputs(query) + (query.new_empty(0),)
 
     forward = {"_scaled_dot_product_flash_attention": scaled_dot_product_flash_attention,
@@ -214,11 +221,12 @@ class Activation:
     """One activation of the override: the forward library and the backward route (both dropped by
     remove(), the route kept if autograd recorded a flashjit forward). torch's registry holds it."""
 
-    def __init__(self, device_type="cuda", launch=ops.launch, launch_backward=ops.launch_backward):
+    def __init__(self, device_type="cuda", launch=ops.launch, launch_backward=ops.launch_backward,
+                 warn_backward=sdpa_backward.warn_if_refused):
         self.device_type = device_type
         self.forwards_under_autograd = 0
         key = device_type.upper()
-        forward, backward = _kernels(device_type, launch, self._on_forward, launch_backward)
+        forward, backward = _kernels(device_type, launch, self._on_forward, launch_backward, warn_backward)
         self.forward_library = Library("aten", "IMPL", key)
         self.backward_route = Library("aten", "IMPL", key)
         for name in aten_ops(forward):
@@ -231,6 +239,8 @@ class Activation:
         # this sees whether autograd recorded the call (a graph aten's backward could later walk).
         if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
             self.forwards_under_autograd += 1
+            return True
+        return False
 
     def remove(self):
         if self.forward_library is not None:

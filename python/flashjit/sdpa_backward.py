@@ -16,7 +16,7 @@ value), whose strides torch.compile's generated code checks.
 """
 import torch
 
-from . import interface
+from . import interface, ops
 from ._abi import FlashjitError
 
 BACKWARD_OPS = ("_scaled_dot_product_flash_attention_backward", "_flash_attention_backward")
@@ -26,6 +26,19 @@ def deterministic_requested():
     """aten's flash backward runs its deterministic mode under torch.use_deterministic_algorithms(True)
     (not with warn_only): so does this one, and the engine refuses what it cannot do yet, by name."""
     return torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def warn_if_refused(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
+                    block_table=None, alibi_slopes=None, softmax_scale=0.0, causal=False, window_left=-1,
+                    window_right=-1):
+    """At a forward that autograd records, on flashjit's [batch, seq, heads, head_dim] arguments:
+    warns with the engine's message where its backward will refuse the call, as flashjit's own
+    functions do (flashjit.ops; once per kind of call; it plans, and compiles, the backward for the
+    device). A warning, not an error: evaluation outside no_grad records without a backward."""
+    if q.is_cuda and not torch.compiler.is_compiling():
+        ops._warn_if_backward_unsupported((q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
+                                           block_table, alibi_slopes, None, softmax_scale, causal, window_left,
+                                           window_right, 0.0, True, False))
 
 
 def refuse_unsupported(op, query, key, value, logsumexp, cum_seq_q, dropout_p, scale, window):

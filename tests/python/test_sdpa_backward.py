@@ -195,6 +195,36 @@ def test_deterministic_algorithms_ask_for_the_deterministic_backward(reference_l
     assert seen == [expected]
 
 
+def test_a_recorded_forward_asks_whether_its_backward_will_be_refused(reference_launcher,
+                                                                     reference_backward_launcher):
+    """A forward autograd records hands flashjit's arguments to the warning (on CUDA: the engine
+    plans the backward and warns with its message, as flashjit's own functions); no_grad does not."""
+    seen = []
+
+    def warn(q, k, v, **options):
+        seen.append((tuple(q.shape), tuple(k.shape), options["causal"], options["window_right"],
+                     options["softmax_scale"]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activation = sdpa.Activation("cpu", reference_launcher, reference_backward_launcher, warn)
+    try:
+        q, k, v = leaves(torch.randn(1, 4, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))
+        torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, scale=0.3)
+        assert seen == [((1, 8, 4, 16), (1, 8, 2, 16), True, 0, 0.3)]  # the [batch, seq, heads, dim] views
+        with torch.no_grad():
+            torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True)
+        torch.ops.aten._flash_attention_forward(q.detach(), k.detach(), v.detach(), None, None, 8, 8, 0.0, False,
+                                                False)
+        assert len(seen) == 1
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            activation.remove()
+    while sdpa._lingering_backward_routes:
+        sdpa._lingering_backward_routes.pop()._destroy()
+
+
 def test_production_kernels_check_devices_by_name():
     _, backward = sdpa._kernels("cuda", None, lambda *t: None, None)
     t = torch.empty(1, 2, 8, 64)

@@ -5,7 +5,7 @@ dq, dk, dv through SDPA-with-"FLASHJIT" against SDPA's math backend in float64 o
 inputs and upstream gradient (relative L2), bounded by a few times the error of aten's own flash
 backward on the same inputs, measured in the test; the routed-call counters move by one forward and
 one backward per call; the gradients have aten's strides. Then refusals at backward by name
-(enable_gqa, the engine's head-dim rule, deterministic mode), a tiny training run through
+(enable_gqa, the engine's head-dim rule, deterministic mode), warned of at the forward, a tiny training run through
 F.scaled_dot_product_attention against aten's flash kernels from the same init and data, and a
 torch.compile training step (inductor checks the backward's strides against aten's meta)."""
 import warnings
@@ -114,18 +114,20 @@ def test_sdpa_gradients_within_a_few_times_aten_flash_error(dtype, b, h, sq, sk,
     print("sdpa grad errors:", "; ".join(report))
 
 
-def test_gqa_backward_is_refused_by_name(flashjit_sdpa):
-    q = torch.randn(1, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    kv = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        out = F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+# Shapes of their own: the warning at the forward comes once per kind of call and process.
+
+def test_gqa_backward_warns_at_forward_and_is_refused_by_name(flashjit_sdpa):
+    q = torch.randn(1, 6, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kv = torch.randn(1, 3, 128, 64, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match="backward will raise.*no GQA"):
+        out = F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
     with pytest.raises(NotImplementedError, match="enable_gqa"):
         out.sum().backward()
 
 
 def test_an_unsupported_head_dim_raises_the_engines_message_prefixed(flashjit_sdpa):
-    q = torch.randn(1, 2, 128, 96, device="cuda", dtype=torch.float16, requires_grad=True)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    q = torch.randn(1, 3, 128, 96, device="cuda", dtype=torch.float16, requires_grad=True)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match="backward will raise.*head_dim"):
         out = F.scaled_dot_product_attention(q, q.detach(), q.detach())
     op = "_scaled_dot_product_flash_attention_backward"
     with pytest.raises(FlashjitError, match=op + " through flashjit: .*head_dim"):
