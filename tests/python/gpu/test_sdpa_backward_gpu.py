@@ -5,9 +5,11 @@ dq, dk, dv through SDPA-with-"FLASHJIT" against SDPA's math backend in float64 o
 inputs and upstream gradient (relative L2), bounded by a few times the error of aten's own flash
 backward on the same inputs, measured in the test; the routed-call counters move by one forward and
 one backward per call; the gradients have aten's strides. Then refusals at backward by name
-(enable_gqa, the engine's head-dim rule, deterministic mode), warned of at the forward, a tiny training run through
-F.scaled_dot_product_attention against aten's flash kernels from the same init and data, and a
-torch.compile training step (inductor checks the backward's strides against aten's meta)."""
+(enable_gqa, the engine's head-dim rule, deterministic mode), warned of at the forward; a tiny
+training run through F.scaled_dot_product_attention (200 steps) against aten's flash kernels from
+the same init and data; and a torch.compile training step (inductor checks the backward's strides
+against aten's meta)."""
+import math
 import warnings
 
 import pytest
@@ -194,19 +196,21 @@ def train(steps, with_flashjit, backend=None):
 
 
 def test_tiny_training_through_sdpa_follows_aten_flash():
-    """Same init and data, 100 steps: flashjit's curve against aten's flash kernels, the drift
+    """Same init and data, 200 steps: flashjit's curve against aten's flash kernels, the drift
     bounded by 3x that of a second correct implementation (SDPA's math backend), as in
     test_autograd_gpu.py's loss-curve test."""
     before = sdpa.routed_calls(backward=True)
-    fj = train(100, True)
-    assert sdpa.routed_calls(backward=True) - before == 2 * 100  # two blocks a step
-    flash = train(100, False)
-    ref = train(100, False, SDPBackend.MATH)
+    fj = train(200, True)
+    assert sdpa.routed_calls(backward=True) - before == 2 * 200  # two blocks a step
+    flash = train(200, False)
+    ref = train(200, False, SDPBackend.MATH)
     window = lambda c: c.view(-1, 20).mean(1)  # noqa: E731
     drift_fj, drift_math = (window(fj) - window(flash)).abs(), (window(ref) - window(flash)).abs()
     print("windowed losses flashjit", window(fj).tolist(), "\naten flash", window(flash).tolist(),
           "\nmath", window(ref).tolist())
-    assert fj[-20:].mean() < 0.9 * fj[:20].mean()
+    # It learned: below the unigram entropy ln(32), reachable only by copying the pattern through
+    # attention (a CPU dry run with SDPA's math went 3.46 -> 2.49 in 200 steps).
+    assert fj[-20:].mean() < min(0.8 * fj[:20].mean(), math.log(32) - 0.5)
     assert torch.all(drift_fj <= 3 * drift_math.max() + 0.02 * window(flash)), (drift_fj, drift_math)
 
 
