@@ -258,3 +258,43 @@ def test_backward_route_goes_with_restore_when_nothing_was_recorded(cpu_route):
     assert not sdpa._lingering_backward_routes
     with pytest.raises(NotImplementedError, match="Could not run"):  # aten's own: no CPU kernel
         sdpa_backward_call()
+
+
+# ---- the production backward launcher (ops.launch_backward) with the library call recorded ----------
+
+def test_the_route_packs_aten_layouts_into_the_backward_call(monkeypatch, reference_launcher):
+    """The route with flashjit's real launcher down to the C struct (the engine call recorded, no
+    GPU): SDPA's [batch, heads, seq, dim] tensors reach it as [batch, seq, heads, dim] views of the
+    same memory, the gradients written are the ones returned (aten's empty_like layout), and the
+    LSE is the forward's tensor itself."""
+    from flashjit import _library, ops
+    seen = []
+
+    class Stream:
+        cuda_stream = 99
+
+    def record(lib, args, stream, device):
+        f = args.forward.contents
+        view = lambda c: (c.data, list(c.shape), list(c.stride))  # noqa: E731
+        seen.append(dict(q=view(f.q), o=view(f.o), lse=f.lse.contents.data, mask=f.mask, scale=f.softmax_scale,
+                         dout=view(args.dout), dq=view(args.dq), dk=view(args.dk), dv=view(args.dv),
+                         flags=args.flags))
+    monkeypatch.setattr(ops, "_check_inputs", lambda *args: None)
+    monkeypatch.setattr(ops, "_run_backward", record)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(_library, "get", lambda: None)
+    _, backward = sdpa._kernels("cpu", reference_launcher, lambda *t: False, ops.launch_backward)
+    q = torch.randn(2, 9, 4, 64, dtype=torch.float16).transpose(1, 2)  # [2, 4, 9, 64], memory [2, 9, 4, 64]
+    k, v, out = (torch.randn(2, 4, 9, 64, dtype=torch.float16) for _ in range(3))
+    dout = torch.randn(2, 4, 9, 64, dtype=torch.float16)
+    lse = torch.randn(2, 4, 9)
+    dq, dk, dv = backward[SDPA_BWD](dout, q, k, v, out, lse, None, None, 9, 9, 0.0, True, torch.empty(2),
+                                    torch.empty(()), scale=0.125)
+    assert dq.stride() == torch.empty_like(q).stride() == q.stride() and dk.stride() == k.stride()
+    (s,) = seen
+    bshd = lambda t: (t.data_ptr(), [t.shape[0], t.shape[2], t.shape[1], t.shape[3]],  # noqa: E731
+                      [t.stride(0), t.stride(2), t.stride(1), t.stride(3)])
+    assert s["q"] == bshd(q) and s["o"] == bshd(out) and s["dout"] == bshd(dout)
+    assert (s["dq"], s["dk"], s["dv"]) == (bshd(dq), bshd(dk), bshd(dv))
+    assert s["lse"] == lse.data_ptr() and s["mask"] == 1 and s["scale"] == 0.125 and s["flags"] == 0
+    assert sdpa.routed_calls(SDPA_BWD) >= 1
