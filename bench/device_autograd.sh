@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 24's autograd item on the device (a GPU machine with PyTorch, no network): gradients through
 # flashjit (flashjit::attention_train -> flashjit::attention_backward -> flashjit_backward_v1).
-# Runs the Python GPU tests that concern autograd (tests/python/gpu/test_autograd_gpu.py) with the
-# torch op's C++ forward kernel and with the Python one, and the CPU autograd tests. Both libraries
+# Runs the Python GPU tests that concern autograd (tests/python/gpu/test_autograd_gpu.py, and
+# test_sdpa_backward_gpu.py: F.scaled_dot_product_attention's backward with flashjit as SDPA's flash
+# backend) with the torch op's C++ forward kernel and with the Python one, and the CPU autograd
+# tests (with the SDPA backend's). Both libraries
 # are built on the development machine and carried:
 #   bash bench/pack_op_carry.sh        # -> .carry/op/{libflashjit.so, libflashjit_torch_op.so}
 # then, from the repo root on the device (carry .carry/op):
@@ -34,17 +36,17 @@ print("grad norms", [round(t.grad.float().norm().item(), 3) for t in (q, k, v)])
 PY
       echo "load rc=$?"; tail -5 "$OUT/load.log" ;;
     tests)
-      timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py} \
+      timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py} \
         --junitxml="$OUT/pytest_autograd_cpp.xml" > "$OUT/pytest_autograd_cpp.log" 2>&1
       echo "autograd gpu tests (C++ forward kernel) rc=$?"; grep -E "grad errors|passed|failed|error|FAILED|ERROR|SKIP" "$OUT/pytest_autograd_cpp.log" | tail -40 ;;
     tests_python_kernel)
       FLASHJIT_TORCH_OP=0 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -p no:cacheprovider \
-        ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py} --junitxml="$OUT/pytest_autograd_python.xml" \
+        ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py} --junitxml="$OUT/pytest_autograd_python.xml" \
         > "$OUT/pytest_autograd_python.log" 2>&1
       echo "autograd gpu tests (Python forward kernel) rc=$?"; grep -E "passed|failed|error|FAILED|ERROR|SKIP" "$OUT/pytest_autograd_python.log" | tail -25 ;;
     cpu_tests)  # the CPU autograd tests on the device's torch (wiring, registration, refusals)
       timeout ${PYTEST_TIMEOUT:-300} python3 -m pytest -q -rs -p no:cacheprovider tests/python/test_autograd.py \
-        tests/python/test_torch_op.py --junitxml="$OUT/pytest_autograd_cpu.xml" > "$OUT/pytest_autograd_cpu.log" 2>&1
+        tests/python/test_torch_op.py tests/python/test_sdpa.py tests/python/test_sdpa_backward.py --junitxml="$OUT/pytest_autograd_cpu.xml" > "$OUT/pytest_autograd_cpu.log" 2>&1
       echo "autograd cpu tests rc=$?"; grep -E "passed|failed|error|FAILED|ERROR" "$OUT/pytest_autograd_cpu.log" | tail -25 ;;
   esac
   echo "[$step took $((SECONDS - start)) s]"

@@ -6,7 +6,8 @@
 # for FA3, with hopper/padding.py and hopper/test_util.py beside it). They never enter this repo.
 # tests/fa_compat holds a stand-in `flash_attn` package (and FA3's `flash_attn_interface`) that maps
 # their imports onto flashjit; what flashjit lacks raises NotImplementedError naming the feature,
-# and no backward pass is faked.
+# and no backward pass is faked: MODE=train runs the files' gradient checks through flashjit's own
+# backward, which refuses what it lacks by name.
 #
 # Usage (on the device, from the repo root, build/libflashjit.so built):
 #   FA2_TEST=path/to/fa2/test_flash_attn.py FA3_TEST=path/to/hopper/test_flash_attn.py \
@@ -16,7 +17,8 @@
 # as .carry/fa_tests/device_fa_tests.sh and .carry/fa_tests/fa_compat/ works the same from the root.
 # Environment:
 #   FA2_TEST, FA3_TEST  test files; a missing or empty one is left out (default .carry/fa_tests/fa{2,3}/test_flash_attn.py)
-#   FA2_FUNCS, FA3_FUNCS  test functions to run (space-separated; defaults below: the forward ones).
+#   FA2_FUNCS, FA3_FUNCS  test functions to run (space-separated; defaults below: the forward ones,
+#                       or with MODE=train the dense ones that take gradients).
 #                       Left out by default: FA2's test_flash_attn_kvcache_paged_block_table_bounds: it
 #                       passes cache_seqlens past the block table's capacity, which flashjit checks only in
 #                       its checked mode; unchecked, the kernel reads past the table, which can end the
@@ -25,13 +27,25 @@
 #                       (it also expects FA2's RuntimeError text "block_table", which flashjit's differs from).
 #                       FA2's test_flash_attn_varlen_paged_kv_num_splits calls FA2's private
 #                       _flash_attn_varlen_forward (a NotImplementedError stub here); the *bwd*,
-#                       *deterministic* and combine tests are backward or FA3-kernel tests.
-#   MODE=forward|asis   forward (default): run a forward-only copy of each file, made in a temp folder
+#                       *deterministic* and combine tests are backward or FA3-kernel tests (MODE=train
+#                       runs FA2's dense ones).
+#   MODE=forward|train|asis
+#                       forward (default): run a forward-only copy of each file, made in a temp folder
 #                       by tests/fa_compat/forward_only.py (drops the backward calls and the checks on
 #                       gradients; the forward call and its assertions are kept as written); FA3 also
 #                       gets FLASH_ATTENTION_DISABLE_BACKWARD=TRUE, FA3's own switch.
-#                       asis: the files unchanged; cases reaching a backward fail "in backward"
-#                       (FlashAttention's tests take gradients before checking the forward output).
+#                       train: the files unchanged, backward statements and gradient checks kept, so
+#                       they run through flashjit's backward (dense, causal or not, fp16/bf16, head dim
+#                       64/128, no GQA, dropout, window, softcap, ALiBi; deterministic=True is refused
+#                       by the shim, flashjit's dq being summed with atomics). Default functions: FA2's
+#                       test_flash_attn_qkvpacked, _output, _causal, _splitkv, _race_condition,
+#                       _bwd_overflow, _bwd_transpose, _deterministic; FA3's _output, _race_condition
+#                       (FA3 runs without FLASH_ATTENTION_DISABLE_BACKWARD). What the backward refuses
+#                       is tallied "unsupported" by feature (NotImplementedError, or FlashjitError
+#                       "unsupported: ... refused: <feature>: ..."), not as a failure; the varlen
+#                       functions (FA2_FUNCS=test_flash_attn_varlen_output ...) are all refused so far.
+#                       asis: the files unchanged with the forward default functions (their gradients
+#                       also go through flashjit's backward, as with train).
 #   STRIDE=N            keep every Nth parametrized case of each function (default 7), OFFSET=K its start
 #   PER_FUNC="M f=M2"   then at most M cases per function, evenly spaced, M2 for function f (default
 #                       "60 test_flash_attn_kvcache=480": in both kvcache tests most cases stop at once at
@@ -76,10 +90,17 @@ FLASHJIT_LIB=$(realpath -m "${FLASHJIT_LIB:-$lib}"); export FLASHJIT_LIB  # abso
 export PYTHONPATH="$shim:$root/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 MODE=${MODE:-forward}
+[[ $MODE == forward || $MODE == train || $MODE == asis ]] || { echo "MODE must be forward, train or asis"; exit 2; }
+export FA_COMPAT_MODE=$MODE
 FA2_TEST=${FA2_TEST-$root/.carry/fa_tests/fa2/test_flash_attn.py}
 FA3_TEST=${FA3_TEST-$root/.carry/fa_tests/fa3/test_flash_attn.py}
-FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal test_flash_attn_splitkv test_flash_attn_kvcache test_flash_attn_race_condition}
-FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_kvcache test_flash_attn_race_condition}
+if [[ $MODE == train ]]; then
+  FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_output test_flash_attn_causal test_flash_attn_splitkv test_flash_attn_race_condition test_flash_attn_bwd_overflow test_flash_attn_bwd_transpose test_flash_attn_deterministic}
+  FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_race_condition}
+else
+  FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal test_flash_attn_splitkv test_flash_attn_kvcache test_flash_attn_race_condition}
+  FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_kvcache test_flash_attn_race_condition}
+fi
 export FA_COMPAT_STRIDE=${STRIDE:-7} FA_COMPAT_OFFSET=${OFFSET:-0} FA_COMPAT_PER_FUNC=${PER_FUNC:-60 test_flash_attn_kvcache=480}
 TIMEOUT=${TIMEOUT:-450}
 FA3_ENV=${FA3_ENV-FLASH_ATTENTION_DISABLE_LOCAL=TRUE FLASH_ATTENTION_DISABLE_FP8=TRUE}
@@ -91,7 +112,6 @@ if [[ $COLLECT_ONLY == 1 ]]; then
 else
   [[ -f $FLASHJIT_LIB ]] || { echo "no $FLASHJIT_LIB: build flashjit first (or set FLASHJIT_LIB)"; exit 2; }
 fi
-[[ $MODE == forward || $MODE == asis ]] || { echo "MODE must be forward or asis"; exit 2; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 t0=$(date +%s)
 tmp=$(mktemp -d)
@@ -99,7 +119,7 @@ tmp=$(mktemp -d)
 prepare() {  # $1 tag, $2 test file -> prints the file pytest should run
   local tag=$1 src=$2
   : > "$OUT/$tag.log"
-  if [[ $MODE == asis ]]; then echo "$src"; return; fi
+  if [[ $MODE != forward ]]; then echo "$src"; return; fi  # train, asis: the file as written
   mkdir -p "$tmp/$tag"
   cp "$(dirname "$src")"/*.py "$tmp/$tag/"  # FA3's padding.py and test_util.py travel with it
   "$py" "$shim/forward_only.py" "$src" "$tmp/$tag/$(basename "$src")" "$tmp/$tag.dropped" >&2 || return 1

@@ -307,6 +307,21 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     """torch.ops.flashjit.attention_backward's CUDA kernel: (dq, dk, dv) of one forward call,
     given its arguments, its output and its LSE (fp32, natural log, the operator's LSE layout).
     What the engine's backward does not support raises FlashjitError with its message."""
+    dq, dk, dv = _grad_like(q), _grad_like(k), _grad_like(v)
+    launch_backward(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, kv_lens=kv_lens, block_table=block_table,
+                    alibi_slopes=alibi_slopes, sinks=sinks, softmax_scale=softmax_scale, causal=causal,
+                    window_left=window_left, window_right=window_right, softcap=softcap, deterministic=deterministic)
+    return dq, dk, dv
+
+
+def launch_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dq: Tensor, dk: Tensor,
+                    dv: Tensor, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
+                    block_table=None, alibi_slopes=None, sinks=None, softmax_scale=0.0, causal=False, window_left=-1,
+                    window_right=-1, softcap=0.0, deterministic=False):
+    """The backward into gradients the caller allocated (any strides, shaped as q, k, v; they must
+    not overlap the inputs). launch's twin, for callers that owe their gradients a layout: the
+    SDPA backend returns aten's (those of torch.empty_like(query), which torch.compile checks)."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
     if dout.shape != out.shape:
         raise FlashjitError("dout must have out's shape %s, got %s" % (list(out.shape), list(dout.shape)))
@@ -314,7 +329,6 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
         dout = dout.to(out.dtype)
     if dout.numel() and (dout.stride(-1) != 1 or 0 in dout.stride()):
         dout = dout.contiguous()  # e.g. the expanded gradient of a sum()
-    dq, dk, dv = _grad_like(q), _grad_like(k), _grad_like(v)
     lib = _library.get()
     forward = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
                      alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, True, False)
@@ -328,7 +342,6 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
             _run_backward(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
     else:
         _run_backward(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
-    return dq, dk, dv
 
 
 def _run_backward(lib, args, stream, device):

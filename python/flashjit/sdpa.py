@@ -14,14 +14,19 @@ functions, which torch.compile checks), causal and windows aligned bottom-right 
 does, varlen prefix sums, seqused_k, ALiBi. What flashjit cannot do raises NotImplementedError naming
 the argument (dropout_p > 0, return_debug_mask); bad arguments raise flashjit.FlashjitError.
 
-Backward: flashjit has no backward pass through this backend yet (flashjit.flash_attn_func has one,
-for the engine's subset), and aten's flash backward would read flashjit's LSE,
-output and rng state as if its own forward had written them, which nothing here proves (rows that see
-no key, for one, get LSE -inf from flashjit and +inf from FlashAttention-2). So while active, the
-backward ops are overridden too and raise; and if a forward ran with autograd recording, that
-refusal outlives restore_flash_attention_impl() for the rest of the process (a graph recorded
-through flashjit may still be backpropagated later). Run flashjit forwards under torch.no_grad() or
-torch.inference_mode() to keep aten's backward usable after restore.
+Backward: while active, aten's flash backward ops (_scaled_dot_product_flash_attention_backward,
+_flash_attention_backward) are overridden too and run flashjit's backward (flashjit.sdpa_backward):
+aten's kernels would read flashjit's LSE, output and rng state as if FlashAttention-2 had written
+them, which nothing proves (rows that see no key, for one, get LSE -inf from flashjit and +inf from
+FlashAttention-2), while flashjit's backward reads exactly what flashjit's forward wrote. It covers
+the engine's backward: dense, causal or not, no dropout or window, no grouped-query heads, fp16/bf16,
+head dim 64 or 128; anything else raises naming the argument and the rule (the forward still runs,
+and warns with the engine's message where autograd records it, as flashjit's own functions do).
+If a forward ran with autograd recording, the route outlives restore_flash_attention_impl() for the
+rest of the process (a graph recorded through flashjit may still be backpropagated later); aten's
+flash forwards run after restore then get flashjit's backward too, or its refusal where it has
+none. Run flashjit forwards under torch.no_grad() or torch.inference_mode() to get aten's own
+backward back after restore.
 """
 import threading
 import warnings
@@ -29,25 +34,29 @@ import warnings
 import torch
 from torch.library import Library
 
-from . import interface, ops
+from . import interface, ops, sdpa_backward
 from ._abi import FlashjitError
 
 IMPL_NAME = "FLASHJIT"
 
 _FORWARD_OPS = ("_scaled_dot_product_flash_attention", "_flash_attention_forward",
                 "_flash_attention_forward_no_dropout_inplace")  # the last one: not in 2.11, in 2.15
-_BACKWARD_OPS = ("_scaled_dot_product_flash_attention_backward", "_flash_attention_backward")
+_BACKWARD_OPS = sdpa_backward.BACKWARD_OPS
 
-_routed = dict.fromkeys(_FORWARD_OPS, 0)
+_routed = dict.fromkeys(_FORWARD_OPS + _BACKWARD_OPS, 0)
 _routed_lock = threading.Lock()
-_lingering_backward_guards = []  # guards kept past restore (see the module's docstring)
+_lingering_backward_routes = []  # backward routes kept past restore (see the module's docstring)
 
 
-def routed_calls(op=None):
-    """Calls flashjit ran for aten's flash forward ops in this process: for one op (its aten name)
-    or, without `op`, all of them."""
+def routed_calls(op=None, backward=False):
+    """Calls flashjit completed for aten's flash ops in this process: for one op (its aten name,
+    forward or backward) or, without `op`, all the forward ops' (backward=True: all the backward
+    ops'). A refused call is not counted. Forwards and backwards are kept apart so that "one SDPA
+    call ran one flashjit forward" stays checkable while training."""
     with _routed_lock:
-        return _routed[op] if op is not None else sum(_routed.values())
+        if op is not None:
+            return _routed[op]
+        return sum(_routed[name] for name in (_BACKWARD_OPS if backward else _FORWARD_OPS))
 
 
 def _count(op):
@@ -124,13 +133,16 @@ def flash_lse(query, cum_seq_q):
 
 # ---- the kernels -------------------------------------------------------------------------------
 
-def _kernels(device_type, launch, on_forward):
-    """The override's kernels by aten op name. device_type and launch are parameters so the CPU
-    tests can route a CPU reference through the same code; on_forward(query, key, value) is told
-    of each forward (the activation uses it to see autograd recording)."""
+def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backward,
+             warn_backward=sdpa_backward.warn_if_refused):
+    """The override's kernels by aten op name: (forward ones, backward ones). device_type, launch,
+    launch_backward and warn_backward are parameters so the CPU tests can route a CPU reference
+    through the same code; on_forward(query, key, value) is told of each forward and says whether
+    autograd records it (the activation uses it to see recording), warn_backward is called with a
+    recorded forward's flashjit arguments."""
 
     def run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table):
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording=False):
         _check_devices(op, device_type, (("query", query), ("key", key), ("value", value), ("out", out),
                                          ("cum_seq_q", cum_seq_q), ("cum_seq_k", cum_seq_k), ("seqused_k", seqused_k),
                                          ("alibi_slopes", alibi_slopes), ("block_table", block_table)))
@@ -146,11 +158,15 @@ def _kernels(device_type, launch, on_forward):
                                      device=query.device)
             cu_k = None
         left, right = interface._window((window_size_left, window_size_right), is_causal)
-        launch(query, key, value, out, lse, cu_seqlens_q=cum_seq_q, cu_seqlens_k=cu_k,
-               max_seqlen_q=int(max_q) if cum_seq_q is not None else 0,
-               max_seqlen_k=int(max_k) if cum_seq_q is not None else 0, kv_lens=kv_lens, block_table=block_table,
-               alibi_slopes=alibi_slopes, softmax_scale=0.0 if scale is None else float(scale), causal=bool(is_causal),
-               window_left=left, window_right=right)
+        varlen = cum_seq_q is not None
+        options = dict(cu_seqlens_q=cum_seq_q, cu_seqlens_k=cu_k, max_seqlen_q=int(max_q) if varlen else 0,
+                       max_seqlen_k=int(max_k) if varlen else 0, kv_lens=kv_lens,
+                       block_table=block_table, alibi_slopes=alibi_slopes,
+                       softmax_scale=0.0 if scale is None else float(scale), causal=bool(is_causal), window_left=left,
+                       window_right=right)
+        if recording:
+            warn_backward(query, key, value, **options)
+        launch(query, key, value, out, lse, **options)
         _count(op)
 
     def flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
@@ -161,9 +177,9 @@ def _kernels(device_type, launch, on_forward):
         _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
         out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
         lse = flash_lse(query, cum_seq_q)
-        on_forward(query, key, value)
+        recording = on_forward(query, key, value)
         run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording)
         return (out, lse) + _rng_outputs(query) + (query.new_empty(0),)
 
     def flash_attention_forward_no_dropout_inplace(out, query, key, value, cum_seq_q, cum_seq_k, max_q, max_k,
@@ -173,9 +189,9 @@ def _kernels(device_type, launch, on_forward):
         op = "_flash_attention_forward_no_dropout_inplace"
         _refuse_unsupported(op, dropout_p, return_debug_mask, scale)
         lse = flash_lse(query, cum_seq_q)
-        on_forward(query, key, value)
+        recording = on_forward(query, key, value)
         run_flash(op, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, is_causal, scale,
-                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table)
+                  window_size_left, window_size_right, seqused_k, alibi_slopes, block_table, recording)
         return lse
 
     def scaled_dot_product_flash_attention(query, key, value, dropout_p=0.0, is_causal=False,
@@ -190,60 +206,56 @@ def _kernels(device_type, launch, on_forward):
                                     % (op, name, t.dim()))
         out = empty_with_layout_of(query, tuple(query.shape[:-1]) + (value.shape[-1],))
         lse = torch.empty(query.shape[:3], dtype=torch.float32, device=query.device)
-        on_forward(query, key, value)  # before the views: made below autograd, they never require grad
+        recording = on_forward(query, key, value)  # before the views: made below autograd, they never require grad
         run_flash(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), out.transpose(1, 2), lse,
-                  None, None, 0, 0, is_causal, scale, None, None, None, None, None)
+                  None, None, 0, 0, is_causal, scale, None, None, None, None, None, recording)
         return (out, lse, None, None, query.shape[2], key.shape[2]) + _rng_outputs(query) + (query.new_empty(0),)
-
-    def refuse_backward(*args, **kwargs):
-        raise NotImplementedError(
-            "flashjit has no backward pass through SDPA yet (flashjit.flash_attn_func has one), and its SDPA flash backend (torch.nn.attention's \"FLASHJIT\") is or "
-            "was active: aten's flash backward is refused rather than run on outputs flashjit wrote. Run the "
-            "training step with torch.nn.attention.restore_flash_attention_impl() (before its forward), or run "
-            "flashjit forwards under torch.no_grad() / torch.inference_mode().")
 
     forward = {"_scaled_dot_product_flash_attention": scaled_dot_product_flash_attention,
                "_flash_attention_forward": flash_attention_forward,
                "_flash_attention_forward_no_dropout_inplace": flash_attention_forward_no_dropout_inplace}
-    return forward, {name: refuse_backward for name in _BACKWARD_OPS}
+    return forward, sdpa_backward.kernels(device_type, launch_backward, _check_devices, _count)
 
 
 class Activation:
-    """One activation of the override: the forward library and the backward guard (both dropped by
-    remove(), the guard kept if autograd recorded a flashjit forward). torch's registry holds it."""
+    """One activation of the override: the forward library and the backward route (both dropped by
+    remove(), the route kept if autograd recorded a flashjit forward). torch's registry holds it."""
 
-    def __init__(self, device_type="cuda", launch=ops.launch):
+    def __init__(self, device_type="cuda", launch=ops.launch, launch_backward=ops.launch_backward,
+                 warn_backward=sdpa_backward.warn_if_refused):
         self.device_type = device_type
         self.forwards_under_autograd = 0
         key = device_type.upper()
-        forward, backward = _kernels(device_type, launch, self._on_forward)
+        forward, backward = _kernels(device_type, launch, self._on_forward, launch_backward, warn_backward)
         self.forward_library = Library("aten", "IMPL", key)
-        self.backward_guard = Library("aten", "IMPL", key)
+        self.backward_route = Library("aten", "IMPL", key)
         for name in aten_ops(forward):
             self.forward_library.impl(name, forward[name], key)
         for name in aten_ops(backward):
-            self.backward_guard.impl(name, backward[name], key)
+            self.backward_route.impl(name, backward[name], key)
 
     def _on_forward(self, query, key, value):
         # Inside a backend kernel grad mode is still the caller's and requires_grad is visible, so
         # this sees whether autograd recorded the call (a graph aten's backward could later walk).
         if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
             self.forwards_under_autograd += 1
+            return True
+        return False
 
     def remove(self):
         if self.forward_library is not None:
             self.forward_library._destroy()
             self.forward_library = None
-        if self.backward_guard is None:
+        if self.backward_route is None:
             return
         if self.forwards_under_autograd:
             warnings.warn("flashjit: %d SDPA flash forward(s) ran while autograd recorded; aten's flash backward "
-                          "stays refused in this process so it never runs on flashjit's outputs"
-                          % self.forwards_under_autograd, stacklevel=3)
-            _lingering_backward_guards.append(self.backward_guard)
+                          "stays routed to flashjit's backward in this process so it never runs on flashjit's "
+                          "outputs" % self.forwards_under_autograd, stacklevel=3)
+            _lingering_backward_routes.append(self.backward_route)
         else:
-            self.backward_guard._destroy()
-        self.backward_guard = None
+            self.backward_route._destroy()
+        self.backward_route = None
 
 
 def _register_fn():

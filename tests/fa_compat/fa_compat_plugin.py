@@ -12,12 +12,15 @@ Environment:
   FA_COMPAT_FAKE_CAPABILITY=9.0  on a machine without CUDA only, answer torch.cuda's capability
                          queries with this, so FlashAttention's module-level checks import and
                          --collect-only works; running tests is refused in that mode
+  FA_COMPAT_MODE=M       the runner's MODE (forward, train, asis), written at the top of the tally
 
 The tally sorts each case into: passed; skipped (by the test itself, or for the time budget);
-failed in backward (flashjit's "no backward pass" error, or its backward's refusal, "no backward
-kernel family serves ..."); unsupported (a NotImplementedError:
-a feature flashjit or this shim does not have, named in the message); other failures (wrong
-numbers, flashjit errors, anything else), each with the first line of its reason.
+unsupported: a NotImplementedError (a feature flashjit or this shim does not have, named in the
+message), or flashjit's backward refusing the call's semantics by name (FlashjitError
+"unsupported: no backward kernel family serves ...: bwd_sm80 refused: window: ...", or the engine's
+"unsupported: deterministic: ..."), listed by the feature, not the variant; failed in backward
+(a library without a backward pass: "no backward pass"); other failures (wrong numbers, other
+flashjit errors, anything else), each with the first line of its reason.
 """
 import json
 import os
@@ -133,14 +136,24 @@ def _reason(report):
     return text.strip().splitlines()[0][:200] if text.strip() else "(no message)"
 
 
+# flashjit's backward refusing semantics it lacks: the family's refusal after the variant's name
+# (which holds the head dim and dtype, so would split one feature into many rows), or the engine's
+# own refusal of a backward mode.
+_BACKWARD_REFUSAL = re.compile(r"FlashjitError: unsupported: (?:no backward kernel family serves \S+ on \S+: "
+                               r"(?:\S+ refused: )?|(?=deterministic: ))(.*)")
+
+
 def _classify(report):
     text = str(report.longrepr)
     reason = _reason(report)
-    if "no backward pass" in text or "no backward kernel family" in text:
+    if "no backward pass" in text:
         return "failed_backward", reason
     if reason.startswith("NotImplementedError"):
         # Numbers in a message (a chunk size, a seqlen) would split one feature into many rows.
         return "unsupported", re.sub(r"=\d+", "=N", reason)
+    refusal = _BACKWARD_REFUSAL.search(reason)
+    if refusal:
+        return "unsupported", "FlashjitError (backward): " + refusal.group(1)
     return "failed_other", reason
 
 
@@ -179,8 +192,9 @@ def _tally():
 
 
 def _markdown(per, reasons, elapsed):
-    lines = ["| test function | collected | selected | passed | failed (other) | unsupported (NotImplementedError) "
-             "| failed in backward | skipped | not run (budget or interrupt) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| test function | collected | selected | passed | failed (other) | unsupported (NotImplementedError "
+             "or backward refusal) | failed in backward | skipped | not run (budget or interrupt) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     total = defaultdict(int)
     names = list(_state["selected"]) or list(per)
     for name in names:
@@ -194,7 +208,8 @@ def _markdown(per, reasons, elapsed):
     lines.append("| **total** | %s |" % " | ".join(str(total[k]) for k in ("collected", "selected") + _COLUMNS))
     if elapsed is not None:
         lines.append("\nran for %.0f s" % elapsed)
-    titles = {"failed_other": "Other failures", "unsupported": "Unsupported features (NotImplementedError)",
+    titles = {"failed_other": "Other failures",
+              "unsupported": "Unsupported features (NotImplementedError, or the backward's FlashjitError by name)",
               "failed_backward": "Failed in backward", "skipped": "Skipped by the test"}
     for key in ("failed_other", "unsupported", "failed_backward", "skipped"):
         if not reasons.get(key):
@@ -209,6 +224,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     per, reasons = _tally()
     elapsed = time.monotonic() - _state["start"] if _state["start"] is not None else None
     text = _markdown(per, reasons, elapsed)
+    mode = os.environ.get("FA_COMPAT_MODE", "").strip()
+    if mode:
+        text = "mode: %s\n\n" % mode + text
     if _state["fake_capability"]:
         text = "(collect-only, CUDA capability answered as %d.%d)\n\n" % _state["fake_capability"] + text
     terminalreporter.write_sep("=", "fa_compat tally")

@@ -119,3 +119,56 @@ def reference():
 def reference_launcher():
     """reference_launch: flashjit.ops.launch's contract on the reference."""
     return reference_launch
+
+
+def reference_backward_launch(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale=0.0, causal=False, window_left=-1,
+                              window_right=-1, deterministic=False, **unused):
+    """flashjit.ops.launch_backward's contract (writes dq, dk, dv) in float64 for dense
+    [batch, seq, heads, head_dim] calls without GQA, computed as a flash backward does: from the
+    forward's `out` and `lse` (natural log, [batch, heads, seq_q], -inf read as +inf for rows that
+    see no key) rather than by recomputing them, so a wrong LSE or output reaching it shows."""
+    import torch
+    scale = softmax_scale or 1.0 / math.sqrt(q.shape[-1])
+    qd, kd, vd, od, dod = (t.double() for t in (q, k, v, out, dout))
+    len_q, len_k = q.shape[1], k.shape[1]
+    s = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
+    i = torch.arange(len_q, device=q.device)[:, None] + (len_k - len_q)
+    j = torch.arange(len_k, device=q.device)[None, :]
+    visible = torch.ones(len_q, len_k, dtype=torch.bool, device=q.device)
+    if causal:
+        visible &= j <= i
+    if window_left >= 0:
+        visible &= j >= i - window_left
+    if window_right >= 0:
+        visible &= j <= i + window_right
+    row_lse = lse.double().masked_fill(lse == -math.inf, math.inf)[..., None]
+    p = torch.exp(s.masked_fill(~visible, -math.inf) - row_lse)
+    dp = torch.einsum("bqhd,bkhd->bhqk", dod, vd)
+    delta = (dod * od).sum(-1).transpose(1, 2)[..., None]  # rowsum(dO o O): [batch, heads, seq_q, 1]
+    ds = p * (dp - delta)
+    dq.copy_(torch.einsum("bhqk,bkhd->bqhd", ds, kd) * scale)
+    dk.copy_(torch.einsum("bhqk,bqhd->bkhd", ds, qd) * scale)
+    dv.copy_(torch.einsum("bhqk,bqhd->bkhd", p, dod))
+
+
+@pytest.fixture
+def reference_backward_launcher():
+    """reference_backward_launch: flashjit.ops.launch_backward's contract in float64."""
+    return reference_backward_launch
+
+
+@pytest.fixture
+def cpu_route(reference_launcher, reference_backward_launcher):
+    """flashjit.sdpa active for the CPU dispatch key, the references standing in for the kernels
+    (forward and backward); removed afterwards, with any backward route it left behind."""
+    import warnings
+    from flashjit import sdpa
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dispatcher warns that a kernel is overridden
+        activation = sdpa.Activation("cpu", reference_launcher, reference_backward_launcher)
+    yield activation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activation.remove()
+    while sdpa._lingering_backward_routes:
+        sdpa._lingering_backward_routes.pop()._destroy()

@@ -1,8 +1,10 @@
 """tests/fa_compat, the stand-in flash_attn / flash_attn_interface that runs FlashAttention's own test
 files against flashjit (bench/device_fa_tests.sh): positional order as FA2's and FA3's public
 functions, packed tensors split into views, every argument reaching flashjit's call, unsupported
-features refused by name, and the plain-torch bert_padding and rotary helpers. No GPU: flashjit's
-call is replaced by a recorder."""
+features refused by name (deterministic=True where autograd records), and the plain-torch
+bert_padding and rotary helpers. No GPU: flashjit's call is replaced by a recorder. Then the tally
+(fa_compat_plugin: the backward's refusals counted unsupported by feature) on a synthetic file, and
+the runner's MODE=train and MODE=forward with COLLECT_ONLY=1 on synthetic FlashAttention files."""
 import importlib
 import inspect
 import math
@@ -193,3 +195,146 @@ def test_apply_rotary_emb_matches_the_formula(shim, interleaved, offsets):
                               cu_seqlens=cu, max_seqlen=s)
     assert torch.allclose(packed, out.reshape(b * s, h, d), atol=1e-12)
     assert math.isfinite(out.abs().max().item())
+
+
+@pytest.mark.parametrize("version, call", [
+    ("fa2", lambda m, q: m.flash_attn_func(q, q, q, deterministic=True)),
+    ("fa2", lambda m, q: m.flash_attn_qkvpacked_func(torch.stack([q, q, q], 2), deterministic=True)),
+    ("fa3", lambda m, q: m.flash_attn_func(q, q, q, deterministic=True)),
+])
+def test_deterministic_is_refused_only_where_autograd_records(shim, version, call):
+    """FlashAttention's deterministic=True promises a fixed-order backward; flashjit's sums dq with
+    atomics, so the shim refuses it by name where a backward could follow, and passes otherwise."""
+    module = shim[0] if version == "fa2" else shim[1]
+    calls = shim[2]
+    q = torch.randn(1, 5, 2, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="deterministic=True with autograd recording"):
+        call(module, q)
+    assert not calls
+    with torch.no_grad():
+        call(module, q)
+    call(module, q.detach())
+    assert len(calls) == 2
+
+
+# ---- the tally (fa_compat_plugin) and the runner's modes, on synthetic test files -----------------
+
+ROOT = SHIM.parents[1]
+PLUGIN_CASES = '''
+import pytest
+from flashjit._abi import FlashjitError
+
+def test_passes():
+    pass
+
+@pytest.mark.parametrize("variant", ["bf16-dqk96-dv96-vec8", "f16-dqk256-dv256-causal-vec8"])
+def test_backward_refuses_a_head_dim(variant):
+    raise FlashjitError("unsupported: no backward kernel family serves %s on sm_90a: bwd_sm80 refused: "
+                        "q.shape[3] and v.shape[3] (head_dim): the backward takes 64 or 128" % variant)
+
+def test_backward_refuses_deterministic():
+    raise FlashjitError("unsupported: deterministic: the backward sums dq with atomics so far")
+
+def test_shim_refuses():
+    raise NotImplementedError("flashjit (fa_compat shim): dropout_p=0.17 is not supported")
+
+def test_library_without_backward():
+    raise FlashjitError("this libflashjit (ABI 4) has no backward pass: it came with ABI 5")
+
+def test_forward_error():
+    raise FlashjitError("invalid_argument: window.right must be 0 or -1 with a causal mask, got 82")
+
+def test_wrong_gradients():
+    assert 0.5 <= 0.25, "dq max diff"
+'''
+
+
+def run_plugin(tmp_path, source, env_extra=()):
+    import json
+    import os
+    import subprocess
+    (tmp_path / "test_cases.py").write_text(source)
+    summary = tmp_path / "summary.md"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SHIM), str(ROOT / "python")] + sys.path),
+               FA_COMPAT_SUMMARY=str(summary), **dict(env_extra))
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "fa_compat_plugin", "-p", "no:cacheprovider",
+                    "--rootdir", str(tmp_path), "-c", os.devnull, "--tb=line", str(tmp_path / "test_cases.py")],
+                   cwd=tmp_path, env=env, capture_output=True, text=True)
+    return summary.read_text(), json.loads((tmp_path / "summary.md.json").read_text())
+
+
+def test_tally_counts_backward_refusals_as_unsupported_by_feature(tmp_path):
+    text, data = run_plugin(tmp_path, PLUGIN_CASES, {"FA_COMPAT_MODE": "train"})
+    outcomes = {}
+    for rec in data["results"].values():
+        outcomes.setdefault(rec["function"], set()).add((rec["outcome"], rec["reason"]))
+    assert outcomes["test_passes"] == {("passed", "")}
+    (head_dim,) = outcomes["test_backward_refuses_a_head_dim"]  # one row for both variants: the feature
+    assert head_dim[0] == "unsupported"
+    assert head_dim[1] == "FlashjitError (backward): q.shape[3] and v.shape[3] (head_dim): the backward takes 64 or 128"
+    assert outcomes["test_backward_refuses_deterministic"] == {
+        ("unsupported", "FlashjitError (backward): deterministic: the backward sums dq with atomics so far")}
+    assert {o for o, _ in outcomes["test_shim_refuses"]} == {"unsupported"}
+    assert {o for o, _ in outcomes["test_library_without_backward"]} == {"failed_backward"}
+    assert {o for o, _ in outcomes["test_forward_error"]} == {"failed_other"}
+    assert {o for o, _ in outcomes["test_wrong_gradients"]} == {"failed_other"}
+    assert text.startswith("mode: train\n")
+    assert "- 2 x test_backward_refuses_a_head_dim: `FlashjitError (backward): q.shape[3]" in text
+
+
+def synthetic_fa_file(functions):
+    """A stand-in for FlashAttention's test file: each function parametrized, a forward, then a
+    backward statement and a check on the gradient, as FA's tests are written."""
+    body = ["import pytest", "import torch", ""]
+    for name in functions:
+        body += ['@pytest.mark.parametrize("d", [64, 96, 128])', "def %s(d):" % name,
+                 "    q = torch.randn(2, d, requires_grad=True)", "    out = q * 2",
+                 "    (dq,) = torch.autograd.grad(out, q, torch.ones_like(out))", "    assert dq.eq(2).all()", ""]
+    return "\n".join(body)
+
+
+FORWARD_FA2 = ("test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output "
+               "test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal "
+               "test_flash_attn_splitkv test_flash_attn_kvcache test_flash_attn_race_condition").split()
+TRAIN_FA2 = ("test_flash_attn_qkvpacked test_flash_attn_output test_flash_attn_causal test_flash_attn_splitkv "
+             "test_flash_attn_race_condition test_flash_attn_bwd_overflow test_flash_attn_bwd_transpose "
+             "test_flash_attn_deterministic").split()
+FORWARD_FA3 = "test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_kvcache " \
+              "test_flash_attn_race_condition".split()
+TRAIN_FA3 = ["test_flash_attn_output", "test_flash_attn_race_condition"]
+
+
+def run_runner(tmp_path, mode):
+    import os
+    import subprocess
+    for tag, funcs in (("fa2", FORWARD_FA2 + TRAIN_FA2), ("fa3", FORWARD_FA3)):
+        (tmp_path / tag).mkdir(exist_ok=True)
+        (tmp_path / tag / "test_flash_attn.py").write_text(synthetic_fa_file(sorted(set(funcs))))
+    out = tmp_path / ("out-" + mode)
+    env = dict(os.environ, COLLECT_ONLY="1", MODE=mode, STRIDE="1", PYTHON=sys.executable, OUT=str(out),
+               FLASHJIT_ROOT=str(ROOT), FA2_TEST=str(tmp_path / "fa2" / "test_flash_attn.py"),
+               FA3_TEST=str(tmp_path / "fa3" / "test_flash_attn.py"))
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "device_fa_tests.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    return proc, out
+
+
+@pytest.mark.parametrize("mode, fa2, fa3", [("train", TRAIN_FA2, TRAIN_FA3), ("forward", FORWARD_FA2, FORWARD_FA3)])
+def test_runner_modes_collect_their_functions(tmp_path, mode, fa2, fa3):
+    """COLLECT_ONLY=1 (no GPU): train collects FA2's dense gradient-taking functions and FA3's, from
+    the file as written; forward collects the forward functions from a forward-only copy."""
+    import json
+    proc, out = run_runner(tmp_path, mode)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for tag, funcs in (("fa2", fa2), ("fa3", fa3)):
+        data = json.loads((out / ("%s_summary.md.json" % tag)).read_text())
+        assert list(data["selected"]) == funcs and all(n == 3 for n in data["selected"].values()), tag
+        assert (out / ("%s_summary.md" % tag)).read_text().count("mode: %s\n" % mode) == 1
+        log = (out / ("%s.log" % tag)).read_text()
+        assert ("forward-only copy" in log) == (mode == "forward"), tag
+        assert (str(tmp_path / tag / "test_flash_attn.py") in proc.stdout) == (mode != "forward")
+
+
+def test_runner_refuses_an_unknown_mode(tmp_path):
+    proc, _ = run_runner(tmp_path, "backward")
+    assert proc.returncode == 2 and "MODE must be forward, train or asis" in proc.stdout

@@ -1,8 +1,9 @@
 """flashjit.sdpa without a GPU: the registration with torch.nn.attention (nothing active on import,
 activate and restore), the override's refusals, and the override's own code run end to end on CPU
 tensors with the float64 reference standing in for the kernel (an Activation for the CPU dispatch
-key), checked against PyTorch's math attention, aten's meta functions and autograd. The GPU run is
-tests/python/gpu/test_sdpa_transformers_gpu.py."""
+key), checked against PyTorch's math attention, aten's meta functions and autograd. The backward
+route (flashjit.sdpa_backward) has its own file, test_sdpa_backward.py. The GPU runs are
+tests/python/gpu/test_sdpa_transformers_gpu.py and test_sdpa_backward_gpu.py."""
 import math
 import os
 import subprocess
@@ -63,7 +64,7 @@ def test_activate_and_restore_round_trip():
     nn_attention.restore_flash_attention_impl()
     assert nn_attention.current_flash_attention_impl() is None
     assert {op: kernel_site(op, "CUDA") for op in FORWARD_OPS + BACKWARD_OPS} == aten_sites
-    assert not sdpa._lingering_backward_guards
+    assert not sdpa._lingering_backward_routes
 
 
 def fail_launch(*args, **kwargs):
@@ -121,19 +122,6 @@ def test_override_refuses_what_flashjit_cannot_do_by_name(op, options, name):
 
 
 # ---- the override end to end on CPU, the reference standing in for the kernel --------------------
-
-@pytest.fixture
-def cpu_route(reference_launcher):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation = sdpa.Activation("cpu", reference_launcher)
-    yield activation
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation.remove()
-    while sdpa._lingering_backward_guards:
-        sdpa._lingering_backward_guards.pop()._destroy()
-
 
 def sdpa_math(q, k, v, **kwargs):
     """PyTorch's own attention in float64, [batch, heads, seq, dim]."""
@@ -211,42 +199,6 @@ def test_flash_forward_varlen_and_seqused_k_against_torch_math(cpu_route):
         mask = bottom_right_mask(lens_q[b], used_k[b], True)
         want = sdpa_math(qs, ks, vs, attn_mask=mask, scale=0.2, enable_gqa=True)
         torch.testing.assert_close(out[cu_q[b]:cu_q[b + 1]].double(), want.transpose(0, 1), atol=1e-5, rtol=1e-5)
-
-
-def test_backward_through_the_override_raises(cpu_route):
-    q = torch.randn(1, 2, 8, 16, requires_grad=True)
-    out = torch.ops.aten._scaled_dot_product_flash_attention(q, q.detach(), q.detach(), 0.0, True)[0]
-    with pytest.raises(NotImplementedError, match="flashjit has no backward pass"):
-        out.sum().backward()
-    assert q.grad is None
-
-
-def call_backward_op():
-    t = torch.randn(1, 2, 8, 16)
-    return torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        t, t, t, t, t, torch.zeros(1, 2, 8), torch.empty(0), torch.empty(0), 8, 8, 0.0, False,
-        torch.zeros(2, dtype=torch.uint64), torch.zeros((), dtype=torch.uint64))
-
-
-def test_backward_guard_outlives_restore_after_a_recorded_forward(cpu_route):
-    q = torch.randn(1, 2, 8, 16, requires_grad=True)
-    torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
-    with pytest.warns(UserWarning, match="stays refused"):
-        cpu_route.remove()
-    with pytest.raises(NotImplementedError, match="flashjit has no backward pass"):
-        call_backward_op()
-    with pytest.raises(NotImplementedError, match="Could not run"):  # the forward is aten's again (none on CPU)
-        torch.ops.aten._scaled_dot_product_flash_attention(q, q, q)
-
-
-def test_backward_guard_goes_with_restore_when_nothing_was_recorded(cpu_route):
-    q = torch.randn(1, 2, 8, 16, requires_grad=True)
-    with torch.no_grad():
-        torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)
-    cpu_route.remove()
-    assert not sdpa._lingering_backward_guards
-    with pytest.raises(NotImplementedError, match="Could not run"):  # aten's own: no CPU kernel
-        call_backward_op()
 
 
 @pytest.mark.parametrize("shape, dims", [((2, 9, 4, 32), (0, 1, 2, 3)), ((2, 9, 4, 32), (0, 2, 1, 3)),

@@ -2,8 +2,9 @@
 
 Not FlashAttention: every name maps onto flashjit's FlashAttention-compatible API
 (flashjit.interface). What flashjit cannot do raises NotImplementedError naming the feature;
-nothing computes a different result silently, and no backward pass is faked (gradients through
-flashjit raise its own "no backward pass" error). Used only by bench/device_fa_tests.sh.
+nothing computes a different result silently, and no backward pass is faked: gradients run
+flashjit's own backward, which refuses what it lacks by name (FlashjitError "unsupported: ...").
+Used only by bench/device_fa_tests.sh.
 """
 from .flash_attn_interface import (
     flash_attn_func,

@@ -3,11 +3,11 @@
 SDPA: with "FLASHJIT" active, F.scaled_dot_product_attention's flash calls run flashjit (the
 routed-call counter moves by the number of calls) and land within twice the error of aten's own
 flash kernel against a float64 reference, on the same inputs; varlen through aten's
-_flash_attention_forward; torch.compile's output stride checks; backward refused; restore gives
-aten's kernel back. transformers: tiny randomly initialised models (configs built here, no download)
-with attn_implementation="fj_attention" against "sdpa" (or "eager" where sdpa lacks softcap or
-sinks): logits at the real tokens in bf16, greedy generation in fp32, with left padding, sliding
-windows and static caches."""
+_flash_attention_forward; torch.compile's output stride checks; restore gives aten's kernel back.
+The backward through SDPA: test_sdpa_backward_gpu.py. transformers: tiny randomly initialised
+models (configs built here, no download) with attn_implementation="fj_attention" against "sdpa"
+(or "eager" where sdpa lacks softcap or sinks): logits at the real tokens in bf16, greedy
+generation in fp32, with left padding, sliding windows and static caches."""
 import copy
 import warnings
 
@@ -93,13 +93,6 @@ def test_torch_compile_checks_flashjit_outputs(flashjit_sdpa):
     assert sdpa.routed_calls() > before
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True) * 2
     assert (got.double() - want).abs().max().item() < 1e-2
-
-
-def test_backward_through_sdpa_raises(flashjit_sdpa):
-    q = torch.randn(1, 4, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    out = sdpa_flash(q, q.detach(), q.detach(), is_causal=True)
-    with pytest.raises(NotImplementedError, match="flashjit has no backward pass"):
-        out.sum().backward()
 
 
 # ---- transformers ----------------------------------------------------------------------------------
