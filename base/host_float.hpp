@@ -53,7 +53,9 @@ inline std::uint16_t float_to_f16(float f) {
   if (abs >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);  // overflow to inf
   if (abs < 0x38800000u) {                                         // subnormal or zero
     const int shift = 113 - int(abs >> 23);
-    if (shift > 24) return std::uint16_t(sign);
+    // Below 2^-25 (half the smallest subnormal) everything rounds to zero; returning here also keeps
+    // the shifts below under 32 bits (a wider shift is undefined and produced NaN patterns).
+    if (shift > 11) return std::uint16_t(sign);
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     std::uint32_t h = mant >> (shift + 13);
     const std::uint32_t rem = mant & ((1u << (shift + 13)) - 1), half = 1u << (shift + 12);
