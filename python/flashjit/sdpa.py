@@ -19,8 +19,8 @@ _flash_attention_backward) are overridden too and run flashjit's backward (flash
 aten's kernels would read flashjit's LSE, output and rng state as if FlashAttention-2 had written
 them, which nothing proves (rows that see no key, for one, get LSE -inf from flashjit and +inf from
 FlashAttention-2), while flashjit's backward reads exactly what flashjit's forward wrote. It covers
-the engine's backward: dense, causal or not, no dropout or window, no grouped-query heads, fp16/bf16,
-head dim 64 or 128; anything else raises naming the argument and the rule (the forward still runs,
+the engine's backward: dense, causal or not, windows, grouped-query heads (enable_gqa), fp16/bf16,
+head dims 1 to 128, no dropout; anything else raises naming the argument and the rule (the forward still runs,
 and warns with the engine's message where autograd records it, as flashjit's own functions do).
 If a forward ran with autograd recording, the route outlives restore_flash_attention_impl() for the
 rest of the process (a graph recorded through flashjit may still be backpropagated later); aten's

@@ -8,11 +8,13 @@ reads: fp32, natural log, [batch, heads, seq_q], -inf for a row that sees no key
 that as +inf, FlashAttention-2's value, so such rows get zero gradients). So the kernels here hand
 them to flashjit's backward unchanged, as [batch, seq, heads, head_dim] views of the same memory.
 
-What the backward supports runs (dense, causal or not, no dropout, as many key/value heads as query
-heads; the engine then rules on dtype and head dim). Everything else raises: NotImplementedError
-naming aten's argument and the rule, or flashjit.FlashjitError with the engine's message prefixed
-by the aten op. Gradients are allocated as aten's meta functions do (torch.empty_like of query, key,
-value), whose strides torch.compile's generated code checks.
+What the backward supports runs: dense batches without dropout, causal or not, sliding windows
+(_flash_attention_backward's window_size_*) and grouped-query attention (enable_gqa: fewer key/value
+heads, dk and dv per key/value head) go to the engine, which rules on the rest (dtype, head dim,
+deterministic mode). Everything else raises: NotImplementedError naming aten's argument and the
+rule, or flashjit.FlashjitError with the engine's message prefixed by the aten op. Gradients are
+allocated as aten's meta functions do (torch.empty_like of query, key, value), whose strides
+torch.compile's generated code checks.
 """
 import torch
 
@@ -41,9 +43,11 @@ def warn_if_refused(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=
                                            window_right, 0.0, True, False))
 
 
-def refuse_unsupported(op, query, key, value, logsumexp, cum_seq_q, dropout_p, scale, window):
-    """The rules of flashjit's backward that aten's arguments show, checked before the engine so the
-    message names aten's argument. `query` etc. are [batch, seq, heads, head_dim] views."""
+def refuse_unsupported(op, query, logsumexp, cum_seq_q, dropout_p, scale):
+    """The rules of flashjit's backward that aten's arguments show and the engine cannot name,
+    checked before the engine so the message names aten's argument: dropout, varlen (cum_seq_q),
+    scale=0 and the forward's LSE. Windows and GQA pass to the engine, whose own messages cover what
+    it refuses. `query` is a [batch, seq, heads, head_dim] view."""
     if dropout_p:
         raise NotImplementedError("%s through flashjit: dropout_p=%r: flashjit has no attention dropout (the forward "
                                   "refuses it too; this gradient came from a forward that aten ran)" % (op, dropout_p))
@@ -53,14 +57,6 @@ def refuse_unsupported(op, query, key, value, logsumexp, cum_seq_q, dropout_p, s
     if scale is not None and scale == 0.0:
         raise NotImplementedError("%s through flashjit: scale=0.0 is not supported: flashjit reads 0 as its default "
                                   "scale 1/sqrt(head_dim)" % op)
-    left, right, causal = window
-    if left >= 0 or (right >= 0 and not causal):
-        raise NotImplementedError("%s through flashjit: window_size_left=%d, window_size_right=%d: flashjit's "
-                                  "backward takes no sliding window (only causal or none)" % (op, left, right))
-    if key.shape[2] != query.shape[2] or value.shape[2] != query.shape[2]:
-        raise NotImplementedError("%s through flashjit: key has %d heads and value %d, query %d (grouped-query "
-                                  "attention, enable_gqa): flashjit's backward needs as many key/value heads as "
-                                  "query heads" % (op, key.shape[2], value.shape[2], query.shape[2]))
     want = (query.shape[0], query.shape[2], query.shape[1])
     if tuple(logsumexp.shape) != want or logsumexp.dtype != torch.float32:
         raise FlashjitError("%s through flashjit: logsumexp must be the forward's fp32 [batch, heads, seq_q] %s, got "
@@ -79,7 +75,7 @@ def kernels(device_type, launch_backward, check_devices, count):
                                         ("out", out), ("logsumexp", logsumexp)))
         left, right = interface._window((window_left, window_right), is_causal)
         q, k, v, o, do = (to_bshd(t) for t in (query, key, value, out, grad_out))
-        refuse_unsupported(op, q, k, v, logsumexp, cum_seq_q, dropout_p, scale, (left, right, bool(is_causal)))
+        refuse_unsupported(op, q, logsumexp, cum_seq_q, dropout_p, scale)
         # aten's meta functions: torch.empty_like, so the gradients keep the inputs' dim order.
         dq, dk, dv = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
         try:

@@ -1,7 +1,9 @@
 """Gradients through flashjit without a GPU: the backward's C struct against the header field by
-field, the operators' registration, the engine's refusals (planned for a named arch, no GPU), and
-the autograd wiring end to end on CPU tensors, where the float64 reference stands in for the
-forward and backward kernels (eager and torch.compile). Numerics on the GPU: tests/python/gpu."""
+field, the operators' registration, what the engine's backward plans and refuses (for a named
+arch, no GPU: windows, softcap, ALiBi, GQA and head dims 1 to 128 plan; larger head dims, Dqk != Dv,
+fp32 and sinks are refused), and the autograd wiring end to end on CPU tensors, where the float64
+reference stands in for the forward and backward kernels (eager and torch.compile). Numerics on the
+GPU: tests/python/gpu."""
 import ctypes
 import os
 import re
@@ -97,19 +99,39 @@ def test_supported_backward_plans_without_a_gpu():
     assert name.startswith("bwd_sm80-bf16-dqk64-dv64-causal")
 
 
+def backward_precompile(kv_heads=4, d=64, dv=None, dtype=torch.bfloat16, **kwargs):
+    """precompile(backward=True) for sm_80 without a GPU: 4 query heads, `kv_heads` key/value heads,
+    head dim `d` for q and k and `dv` (default `d`) for v."""
+    dv = d if dv is None else dv
+    return flashjit.precompile(meta(2, 77, 4, d, dtype=dtype), meta(2, 77, kv_heads, d, dtype=dtype),
+                               meta(2, 77, kv_heads, dv, dtype=dtype), arch="sm_80", backward=True, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, tag", [
+    (dict(window_size=(8, 0)), "-window-"),
+    (dict(softcap=2.0), "-softcap-"),
+    (dict(alibi_slopes=meta(4, dtype=torch.float32)), "-alibi-"),
+    (dict(kv_heads=2), "-gqa-"),  # GQA: dk, dv per key/value head
+    (dict(kv_heads=1, causal=True, window_size=(8, 0)), "-causal-gqa-window-"),  # MQA
+    (dict(d=96), "-dqk96-dv96-"),
+])
+def test_the_backwards_semantics_plan_for_sm80(kwargs, tag):
+    name = backward_precompile(**kwargs)
+    assert name.startswith("bwd_sm80-bf16-") and tag in name, name
+
+
+HEAD_DIM_RULE = r"q.shape\[3\] and v.shape\[3\] \(head_dim\): the backward takes 1 to 128, the same for q, k and v"
+
+
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(window_size=(8, 0)), "window: the backward does not take sliding windows"),
-    (dict(softcap=2.0), "softcap"),
-    (dict(kv=(2, 64)), r"k.shape\[2\] \(heads\) != q.shape\[2\]"),
-    (dict(kv=(4, 96), d=96), r"head_dim\): the backward takes 64 or 128"),
-    (dict(sinks=meta(4, dtype=torch.float32)), "sinks"),
+    (dict(d=160), HEAD_DIM_RULE),  # the forward takes up to 256
+    (dict(d=192, dv=128), HEAD_DIM_RULE),  # Dqk != Dv (MLA)
+    (dict(dtype=torch.float32), "q.dtype: the backward takes f16 or bf16"),
+    (dict(sinks=meta(4, dtype=torch.float32)), "sinks: the backward does not take attention sinks yet"),
 ])
 def test_unsupported_semantics_raise_the_engines_message(kwargs, needle):
-    heads, d = kwargs.pop("kv", (4, 64))
-    qd = kwargs.pop("d", 64)
     with pytest.raises(FlashjitError, match=needle):
-        flashjit.precompile(meta(2, 77, 4, qd), meta(2, 77, heads, d), meta(2, 77, heads, d), arch="sm_80",
-                            backward=True, **kwargs)
+        backward_precompile(**kwargs)
 
 
 def test_varlen_backward_is_refused_by_name():

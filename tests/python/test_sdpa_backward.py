@@ -3,7 +3,8 @@ of the flash forwards, with "FLASHJIT" active for the CPU dispatch key, call ate
 ops, which land in flashjit's route; a float64 flash-style backward stands in for the engine's (it
 reads the forward's output and LSE, so a wrong LSE convention or layout reaching it shows). Checked:
 gradients against PyTorch's math attention in float64, aten's meta strides, the routed-call
-accounting, the refusals by argument name, the engine's messages prefixed, and the route kept past
+accounting, grouped-query attention (enable_gqa) and sliding windows passed through to the
+launcher, the refusals by argument name, the engine's messages prefixed, and the route kept past
 restore. Numerics on the GPU: tests/python/gpu/test_sdpa_backward_gpu.py."""
 import warnings
 
@@ -106,6 +107,127 @@ def test_a_training_step_through_sdpa_math_of_the_override(cpu_route):
     torch.testing.assert_close(steps["flashjit"], steps["math"])
 
 
+# ---- grouped-query attention and sliding windows: passed through to the launcher -------------------
+
+def with_kv_heads_expanded(launch_backward):
+    """launch_backward's contract with fewer key/value heads than query heads, on conftest's float64
+    reference (which takes as many key/value heads as query heads): k and v expanded per query head
+    (repeat_interleave, as PyTorch's enable_gqa), dk and dv summed back over each group. For the
+    reference only: flashjit's engine takes the key/value heads as they are."""
+    def launch(dout, q, k, v, out, lse, dq, dk, dv, **options):
+        group = q.shape[2] // k.shape[2]
+        k2, v2 = (t.repeat_interleave(group, dim=2) for t in (k, v))
+        dk2, dv2 = torch.empty_like(k2), torch.empty_like(v2)
+        launch_backward(dout, q, k2, v2, out, lse, dq, dk2, dv2, **options)
+        dk.copy_(dk2.unflatten(2, (k.shape[2], group)).sum(3))
+        dv.copy_(dv2.unflatten(2, (v.shape[2], group)).sum(3))
+    return launch
+
+
+@pytest.fixture
+def gqa_route(reference_launcher, reference_backward_launcher):
+    """conftest's cpu_route with the backward reference taking GQA (with_kv_heads_expanded)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activation = sdpa.Activation("cpu", reference_launcher, with_kv_heads_expanded(reference_backward_launcher))
+    yield activation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activation.remove()
+    while sdpa._lingering_backward_routes:
+        sdpa._lingering_backward_routes.pop()._destroy()
+
+
+@pytest.mark.parametrize("kv_heads", [2, 1])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_gradients_against_torch_math(gqa_route, kv_heads, causal):
+    """enable_gqa's call: 4 query heads on 2 (GQA) or 1 (MQA) key/value heads; dk, dv come back per
+    key/value head, in aten's meta layout."""
+    torch.manual_seed(3)
+    q, k, v = leaves(torch.randn(2, 4, 9, 16), bshd_as_bhsd(2, kv_heads, 9, 16), bshd_as_bhsd(2, kv_heads, 9, 16))
+    dout = torch.randn(2, 4, 9, 16)
+    before = sdpa.routed_calls(SDPA_BWD)
+    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[0]
+    out.backward(dout)
+    assert sdpa.routed_calls(SDPA_BWD) == before + 1
+    assert k.grad.shape == v.grad.shape == (2, kv_heads, 9, 16)
+    for got, want in zip((q.grad, k.grad, v.grad), math_grads(q, k, v, dout, is_causal=causal, enable_gqa=True)):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        meta = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            dout, q, k, v, out, torch.empty(2, 4, 9), None, None, 9, 9, 0.0, causal,
+            torch.empty(2, dtype=torch.uint64), torch.empty((), dtype=torch.uint64))
+    for got, expected in zip((q.grad, k.grad, v.grad), meta):
+        assert (got.shape, got.stride(), got.dtype) == (expected.shape, expected.stride(), expected.dtype)
+
+
+def window_mask(len_q, len_k, causal, left, right):
+    """Bottom right, as flashjit and FlashAttention: query i's diagonal key is i + len_k - len_q."""
+    i = torch.arange(len_q)[:, None] + (len_k - len_q)
+    j = torch.arange(len_k)[None, :]
+    visible = torch.ones(len_q, len_k, dtype=torch.bool)
+    if causal:
+        visible &= j <= i
+    if left >= 0:
+        visible &= j >= i - left
+    if right >= 0:
+        visible &= j <= i + right
+    return visible
+
+
+@pytest.mark.parametrize("causal, window", [(False, (3, 1)), (True, (4, None)), (False, (0, 0))])
+@pytest.mark.parametrize("kv_heads", [3, 1])
+def test_a_window_reaches_the_backward_against_torch_math(gqa_route, causal, window, kv_heads):
+    """_flash_attention_forward's window_size_left/right (bottom right, len_k > len_q), alone or
+    with causal, with as many key/value heads as query heads or one (MQA): the backward takes it."""
+    torch.manual_seed(4)
+    q, k, v = leaves(torch.randn(2, 6, 3, 16), torch.randn(2, 11, kv_heads, 16), torch.randn(2, 11, kv_heads, 16))
+    dout = torch.randn(2, 6, 3, 16)
+    before = sdpa.routed_calls(FLASH_BWD)
+    out = torch.ops.aten._flash_attention_forward(q, k, v, None, None, 6, 11, 0.0, causal, False,
+                                                  window_size_left=window[0], window_size_right=window[1])[0]
+    out.backward(dout)
+    assert sdpa.routed_calls(FLASH_BWD) == before + 1
+    left, right = (-1 if w is None else w for w in window)
+    mask = window_mask(6, 11, causal, left, right)
+    want = math_grads(*(t.transpose(1, 2) for t in (q, k, v, dout)), attn_mask=mask, enable_gqa=True)
+    for got, w in zip((q.grad, k.grad, v.grad), want):
+        torch.testing.assert_close(got.double(), w.transpose(1, 2), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", [SDPA_BWD, FLASH_BWD])
+def test_gqa_and_windows_are_passed_to_the_launcher(reference_launcher, op):
+    """What the engine now rules on reaches it as given: the key/value heads unexpanded, dk and dv
+    allocated per key/value head, the window in flashjit's convention."""
+    seen = []
+
+    def record(dout, q, k, v, out, lse, dq, dk, dv, **options):
+        seen.append((tuple(k.shape), tuple(dk.shape), tuple(dv.shape), options["causal"], options["window_left"],
+                     options["window_right"]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        activation = sdpa.Activation("cpu", reference_launcher, record)
+    try:
+        rng = (torch.zeros(2, dtype=torch.uint64), torch.zeros((), dtype=torch.uint64))
+        if op == SDPA_BWD:  # [batch, heads, seq, dim]: 4 query heads on 1 key/value head, causal
+            t, kv = torch.randn(1, 4, 8, 16), torch.randn(1, 1, 8, 16)
+            dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+                t, t, kv, kv, t, torch.zeros(1, 4, 8), None, None, 8, 8, 0.0, True, *rng)
+            assert seen == [((1, 8, 1, 16), (1, 8, 1, 16), (1, 8, 1, 16), True, -1, 0)]
+        else:  # [batch, seq, heads, dim]: 4 query heads on 2 key/value heads, a window of (3, 1)
+            t, kv = torch.randn(1, 8, 4, 16), torch.randn(1, 8, 2, 16)
+            dq, dk, dv = torch.ops.aten._flash_attention_backward(
+                t, t, kv, kv, t, torch.zeros(1, 4, 8), None, None, 8, 8, 0.0, False, *rng, window_size_left=3,
+                window_size_right=1)
+            assert seen == [((1, 8, 2, 16), (1, 8, 2, 16), (1, 8, 2, 16), False, 3, 1)]
+        assert dq.shape == t.shape and dk.shape == dv.shape == kv.shape
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            activation.remove()
+
+
 # ---- refusals: by aten's argument name, before the engine; the engine's own, prefixed -----------
 
 def sdpa_backward_call(dropout_p=0.0, kv_heads=2, lse=None, cum_seq_q=None, dtype=torch.float32):
@@ -119,7 +241,6 @@ def sdpa_backward_call(dropout_p=0.0, kv_heads=2, lse=None, cum_seq_q=None, dtyp
 
 @pytest.mark.parametrize("call, error, needle", [
     (lambda: sdpa_backward_call(dropout_p=0.1), NotImplementedError, "dropout_p=0.1"),
-    (lambda: sdpa_backward_call(kv_heads=1), NotImplementedError, "key has 1 heads and value 1, query 2 .*enable_gqa"),
     (lambda: sdpa_backward_call(lse=torch.zeros(1, 2, 128)), FlashjitError, r"logsumexp must be .*\[1, 2, 8\]"),
     (lambda: sdpa_backward_call(lse=torch.zeros(1, 2, 8, dtype=torch.float64)), FlashjitError, "logsumexp must be"),
     (lambda: sdpa_backward_call(cum_seq_q=torch.tensor([0, 8], dtype=torch.int32)), NotImplementedError,
@@ -130,15 +251,6 @@ def test_unsupported_backward_calls_are_refused_by_argument(cpu_route, call, err
     with pytest.raises(error, match=needle):
         call()
     assert sdpa.routed_calls(backward=True) == before  # refused calls are not counted
-
-
-def test_a_window_is_refused_at_backward_by_name(cpu_route):
-    q, k, v = leaves(*(torch.randn(1, 8, 2, 16) for _ in range(3)))
-    out = torch.ops.aten._flash_attention_forward(q, k, v, None, None, 8, 8, 0.0, False, False, window_size_left=3,
-                                                  window_size_right=1)[0]  # the forward supports windows
-    with pytest.raises(NotImplementedError, match="window_size_left=3, window_size_right=1"):
-        out.sum().backward()
-    assert q.grad is None
 
 
 def test_causal_is_no_window(cpu_route):
@@ -158,7 +270,8 @@ def test_varlen_is_refused_at_backward_by_name(cpu_route):
 
 
 def engine_refusal(*args, **kwargs):
-    raise FlashjitError("head_dim (96): the backward takes 64 or 128")
+    raise FlashjitError("q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, "
+                        "so far")
 
 
 def test_the_engines_refusal_is_prefixed_with_the_aten_op(reference_launcher):
@@ -166,7 +279,8 @@ def test_the_engines_refusal_is_prefixed_with_the_aten_op(reference_launcher):
         warnings.simplefilter("ignore")
         activation = sdpa.Activation("cpu", reference_launcher, engine_refusal)
     try:
-        with pytest.raises(FlashjitError, match="^%s through flashjit: head_dim \\(96\\)" % SDPA_BWD):
+        with pytest.raises(FlashjitError, match=r"^%s through flashjit: q.shape\[3\] and v.shape\[3\] \(head_dim\)"
+                           % SDPA_BWD):
             sdpa_backward_call()
     finally:
         with warnings.catch_warnings():

@@ -5,10 +5,12 @@ dq, dk, dv of flash_attn_func against the float64 math attention's gradients (to
 the same rounded inputs and the same upstream gradient, measured as relative L2 error; the bound is
 a few times the error of SDPA's own backward on the same inputs (measured in the test), so the
 tolerance follows the precision of a production flash backward rather than a guessed constant.
-Then what training needs: torch.compile(fullgraph=True) of a training step, CUDA-graph capture of
-forward and backward (make_graphed_callables), refusals at backward with the engine's message (and
-a warning at the forward), and a tiny transformer trained 200 steps through flashjit, through
-SDPA's flash backend and through SDPA's math backend from the same init and data."""
+Grouped-query attention (8 query heads on 2 key/value heads, causal) the same way, the reference
+expanding k and v per query head. Then what training needs: torch.compile(fullgraph=True) of a
+training step, CUDA-graph capture of forward and backward (make_graphed_callables), refusals at
+backward with the engine's message (head dim 160, varlen; and a warning at the forward), and a tiny
+transformer trained 200 steps through flashjit, through SDPA's flash backend and through SDPA's
+math backend from the same init and data."""
 import math
 import warnings
 
@@ -42,14 +44,16 @@ def math_attention(q, k, v, causal):
 
 
 def sdpa(q, k, v, causal):
-    """SDPA on [B, S, H, D] with flashjit's causal alignment (a mask where len_q != len_k)."""
+    """SDPA on [B, S, H, D] with flashjit's causal alignment (a mask where len_q != len_k), with
+    enable_gqa where k and v have fewer heads than q."""
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     lq, lk = q.shape[1], k.shape[1]
+    gqa = k.shape[2] != q.shape[2]
     if causal and lq != lk:
         mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
-        out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)
+        out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=gqa)
     else:
-        out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+        out = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=gqa)
     return out.transpose(1, 2)
 
 
@@ -81,6 +85,12 @@ def test_gradients_match_float64_within_a_few_times_sdpas_error(dtype, b, sq, sk
     want_out, want = grads(math_attention, q.double(), k.double(), v.double(), dout.double(), causal)
     out, got = grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, causal)
     _, ref = grads(sdpa, q, k, v, dout, causal)
+    check_gradients(dtype, out, got, ref, want_out, want)
+
+
+def check_gradients(dtype, out, got, ref, want_out, want):
+    """flashjit's output against float64's, and each of dq, dk, dv within OVER_SDPA times SDPA's
+    error on the same inputs (or the gradient's own rounding to dtype, whichever is larger)."""
     assert rel_l2(out, want_out) < 1e-2
     report = []
     for name, g, s, w in zip(("dq", "dk", "dv"), got, ref, want):
@@ -89,6 +99,37 @@ def test_gradients_match_float64_within_a_few_times_sdpas_error(dtype, b, sq, sk
         report.append("%s %.3g (sdpa %.3g, rounding %.3g)" % (name, error, sdpa_error, rounding))
         assert error <= OVER_SDPA * max(sdpa_error, rounding) + 1e-6, "; ".join(report)
     print("grad errors:", "; ".join(report))
+
+
+GQA_CASES = [  # dtype, batch, seq_q, seq_k, query heads, key/value heads, head_dim
+    (torch.bfloat16, 2, 200, 200, 8, 2, 64),
+    (torch.float16, 1, 257, 257, 8, 2, 128),
+    (torch.bfloat16, 2, 65, 203, 8, 2, 128),  # bottom-right causal, odd lengths
+]
+
+
+@pytest.mark.parametrize("dtype, b, sq, sk, hq, hkv, d", GQA_CASES)
+def test_gqa_gradients_match_float64_within_a_few_times_sdpas_error(dtype, b, sq, sk, hq, hkv, d):
+    """Causal GQA: each key/value head serves hq / hkv query heads, so dk and dv sum over the group.
+    The float64 reference expands k and v per query head (repeat_interleave, as SDPA's enable_gqa),
+    and autograd sums the expanded gradients back; SDPA runs with enable_gqa. No warning at the
+    forward: the backward takes GQA."""
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    group = hq // hkv
+
+    def expanded(q, k, v, causal):
+        return math_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2), causal)
+
+    want_out, want = grads(expanded, q.double(), k.double(), v.double(), dout.double(), True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="flashjit: autograd records")  # "its backward will raise"
+        out, got = grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, True)
+    _, ref = grads(sdpa, q, k, v, dout, True)
+    assert got[1].shape == got[2].shape == (b, sk, hkv, d)
+    check_gradients(dtype, out, got, ref, want_out, want)
 
 
 def test_self_attention_on_one_tensor_accumulates_all_three_gradients():
@@ -101,11 +142,12 @@ def test_self_attention_on_one_tensor_accumulates_all_three_gradients():
 
 
 def test_unsupported_backward_warns_at_forward_and_raises_at_backward():
-    q = torch.randn(1, 64, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    kv = torch.randn(1, 64, 2, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.warns(UserWarning, match="backward will raise.*no GQA"):
+    # Head dim 160: the forward takes up to 256, the backward 1 to 128 so far.
+    q = torch.randn(1, 64, 4, 160, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    kv = torch.randn(1, 64, 4, 160, device="cuda", dtype=torch.bfloat16)
+    with pytest.warns(UserWarning, match=r"backward will raise.*\(head_dim\)"):
         out = flash_attn_func(q, kv, kv, causal=True)
-    with pytest.raises(FlashjitError, match="no GQA"):
+    with pytest.raises(FlashjitError, match=r"\(head_dim\): the backward takes 1 to 128"):
         out.sum().backward()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")

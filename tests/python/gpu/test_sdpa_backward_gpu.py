@@ -4,11 +4,12 @@ the device by bench/device_autograd.sh; skipped, visibly, without CUDA).
 dq, dk, dv through SDPA-with-"FLASHJIT" against SDPA's math backend in float64 on the same rounded
 inputs and upstream gradient (relative L2), bounded by a few times the error of aten's own flash
 backward on the same inputs, measured in the test; the routed-call counters move by one forward and
-one backward per call; the gradients have aten's strides. Then refusals at backward by name
-(enable_gqa, the engine's head-dim rule, deterministic mode), warned of at the forward; a tiny
-training run through F.scaled_dot_product_attention (200 steps) against aten's flash kernels from
-the same init and data; and a torch.compile training step (inductor checks the backward's strides
-against aten's meta)."""
+one backward per call; the gradients have aten's strides; no warning at the forward. Grouped-query
+attention (enable_gqa, 8 query heads on 2 key/value heads) the same way. Then refusals at backward
+(the engine's head-dim rule, prefixed by the aten op and warned of at the forward; deterministic
+mode); a tiny training run through F.scaled_dot_product_attention (200 steps) against aten's flash
+kernels from the same init and data; and a torch.compile training step (inductor checks the
+backward's strides against aten's meta)."""
 import math
 import warnings
 
@@ -93,13 +94,45 @@ def test_sdpa_gradients_within_a_few_times_aten_flash_error(dtype, b, h, sq, sk,
     torch.manual_seed(0)
     q, k, v = make((b, h, sq, d), dtype, layout), make((b, h, sk, d), dtype, layout), make((b, h, sk, d), dtype, layout)
     dout = torch.randn(b, h, sq, d, device="cuda", dtype=dtype)
-    options = dict(is_causal=causal, scale=0.7 / d ** 0.5)
+    check_against_aten_flash(dtype, q, k, v, dout, is_causal=causal, scale=0.7 / d ** 0.5)
+
+
+GQA_CASES = [  # dtype, batch, query heads, key/value heads, seq, head_dim, causal, layout
+    (torch.bfloat16, 2, 8, 2, 256, 64, True, "bshd"),
+    (torch.float16, 1, 8, 2, 333, 128, True, "bhsd"),    # odd length
+    (torch.bfloat16, 2, 8, 2, 200, 128, False, "bhsd"),
+]
+
+
+@pytest.mark.parametrize("dtype, b, hq, hkv, s, d, causal, layout", GQA_CASES)
+def test_gqa_gradients_through_enable_gqa_within_a_few_times_aten_flash_error(dtype, b, hq, hkv, s, d, causal,
+                                                                               layout):
+    """F.scaled_dot_product_attention(..., enable_gqa=True) on the flash backend: aten hands the
+    key/value heads unexpanded to its flash ops (FlashAttention takes GQA natively, so aten's own
+    flash kernels are the baseline here too), flashjit's backward writes dk, dv per key/value head.
+    SDPA's math expands k and v itself (enable_gqa) and autograd sums the gradients back."""
+    torch.manual_seed(0)
+    q = make((b, hq, s, d), dtype, layout)
+    k, v = make((b, hkv, s, d), dtype, layout), make((b, hkv, s, d), dtype, layout)
+    dout = torch.randn(b, hq, s, d, device="cuda", dtype=dtype)
+    got = check_against_aten_flash(dtype, q, k, v, dout, is_causal=causal, enable_gqa=True)
+    assert got[1].shape == got[2].shape == (b, hkv, s, d)
+
+
+def check_against_aten_flash(dtype, q, k, v, dout, **options):
+    """SDPA's gradients with flashjit active against SDPA's math in float64 on the same inputs: the
+    output within 1e-2, each of dq, dk, dv within OVER_ATEN times the error of aten's own flash
+    backward (or the gradient's own rounding to dtype, whichever is larger), in aten's meta layout;
+    one routed forward and one routed backward; no "backward will raise" warning at the forward.
+    Returns flashjit's gradients."""
     want_out, want = math_grads(q, k, v, dout, **options)
     _, aten = flash_grads(q, k, v, dout, **options)  # aten's own flash kernels (not active yet)
     activate()
     try:
         forwards, backwards = sdpa.routed_calls(), sdpa.routed_calls(backward=True)
-        out, got = flash_grads(q, k, v, dout, **options)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="flashjit: autograd records")  # "its backward will raise"
+            out, got = flash_grads(q, k, v, dout, **options)
         torch.cuda.synchronize()
         assert sdpa.routed_calls() == forwards + 1
         assert sdpa.routed_calls(backward=True) == backwards + 1
@@ -114,25 +147,19 @@ def test_sdpa_gradients_within_a_few_times_aten_flash_error(dtype, b, h, sq, sk,
         report.append("%s %.3g (aten flash %.3g, rounding %.3g)" % (name, error, aten_error, rounding))
         assert error <= OVER_ATEN * max(aten_error, rounding) + 1e-6, "; ".join(report)
     print("sdpa grad errors:", "; ".join(report))
+    return got
 
 
 # Shapes of their own: the warning at the forward comes once per kind of call and process.
 
-def test_gqa_backward_warns_at_forward_and_is_refused_by_name(flashjit_sdpa):
-    q = torch.randn(1, 6, 128, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    kv = torch.randn(1, 3, 128, 64, device="cuda", dtype=torch.bfloat16)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match="backward will raise.*no GQA"):
-        out = F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
-    with pytest.raises(NotImplementedError, match="enable_gqa"):
-        out.sum().backward()
-
-
 def test_an_unsupported_head_dim_raises_the_engines_message_prefixed(flashjit_sdpa):
-    q = torch.randn(1, 3, 128, 96, device="cuda", dtype=torch.float16, requires_grad=True)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match="backward will raise.*head_dim"):
+    # Head dim 160: SDPA's flash backend and flashjit's forward take it (up to 256), flashjit's
+    # backward takes 1 to 128 so far.
+    q = torch.randn(1, 3, 128, 160, device="cuda", dtype=torch.float16, requires_grad=True)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match=r"backward will raise.*\(head_dim\)"):
         out = F.scaled_dot_product_attention(q, q.detach(), q.detach())
     op = "_scaled_dot_product_flash_attention_backward"
-    with pytest.raises(FlashjitError, match=op + " through flashjit: .*head_dim"):
+    with pytest.raises(FlashjitError, match=op + r" through flashjit: .*\(head_dim\): the backward takes 1 to 128"):
         out.sum().backward()
 
 
