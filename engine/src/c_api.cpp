@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -149,7 +150,9 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
   if (a.paged) out.paged = PagedKv{a.paged->block_table, a.paged->table_stride, a.paged->max_pages};
   if (a.flags & ~FLASHJIT_CHECK_METADATA)
     return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));
-  if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
+  if (a.sm_margin > std::uint32_t(std::numeric_limits<int>::max()))
+    return Error(Code::invalid_argument, "args.sm_margin is " + std::to_string(a.sm_margin) + ", far past any GPU's SMs");
+  out.sm_margin = int(a.sm_margin);
   out.check_metadata = (a.flags & FLASHJIT_CHECK_METADATA) != 0;
   out.workspace = {a.workspace, a.workspace_bytes};
   return out;
@@ -254,6 +257,15 @@ flashjit_status flashjit_engine_create(flashjit_engine** out) {
 }
 
 void flashjit_engine_destroy(flashjit_engine* engine) { delete engine; }
+
+flashjit_status flashjit_engine_set_sm_margin(flashjit_engine* engine, int32_t sm_margin) {
+  return guarded([&] {
+    if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
+    auto st = engine->engine->set_sm_margin(sm_margin);
+    if (!st.ok()) return fail(st.error());
+    return FLASHJIT_OK;
+  });
+}
 
 flashjit_status flashjit_forward(flashjit_engine* engine, const flashjit_attention_args* args, void* stream) {
   return forward_any(engine, args, stream);

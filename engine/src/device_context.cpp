@@ -17,6 +17,16 @@ thread_local LastLookup t_last;
 
 }  // namespace
 
+Result<DeviceContextInfo> with_sm_margin(const DeviceContextInfo& info, int sm_margin) {
+  if (sm_margin < 0 || sm_margin >= info.sm_count)
+    return Error(Code::invalid_argument, "sm_margin is " + std::to_string(sm_margin) + " but must be 0 to " +
+                                             std::to_string(info.sm_count - 1) + ": the " + info.name + " has " +
+                                             std::to_string(info.sm_count) + " SMs and a call needs one");
+  DeviceContextInfo out = info;
+  out.sm_count -= sm_margin;
+  return out;
+}
+
 DeviceContexts::DeviceContexts() : id_(g_next_id.fetch_add(1)) {}
 
 Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {

@@ -23,6 +23,14 @@ struct DeviceContextInfo {
   std::string name;      // "NVIDIA H100 80GB HBM3"
 };
 
+// The largest sm_margin a call or the engine may ask for (a bound for validation; the device's own
+// SM count is the real limit).
+inline constexpr int kMaxSmMargin = 4096;
+
+// The device as one call may use it: `sm_margin` SMs left to other kernels, so persistent grids and
+// split counts size to the rest. INVALID_ARGUMENT when no SM would be left.
+Result<DeviceContextInfo> with_sm_margin(const DeviceContextInfo& info, int sm_margin);
+
 class DeviceContexts {
  public:
   DeviceContexts();

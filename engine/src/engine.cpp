@@ -35,6 +35,21 @@ EngineOptions with_env(EngineOptions o) {
     const char* c = std::getenv("FLASHJIT_CHECK");
     o.check_metadata = c && std::string(c) == "1";
   }
+  if (!o.sm_margin) {
+    const char* m = std::getenv("FLASHJIT_SM_MARGIN");
+    int value = 0;
+    if (m && *m) {
+      char* end = nullptr;
+      const long parsed = std::strtol(m, &end, 10);
+      // A bad value is ignored with a note in the log rather than failing every call.
+      if (*end == 0 && parsed >= 0 && parsed <= kMaxSmMargin)
+        value = int(parsed);
+      else if (o.log)
+        o.log(std::string("FLASHJIT_SM_MARGIN='") + m + "' is not a whole number 0 to " + std::to_string(kMaxSmMargin) +
+              ": ignored");
+    }
+    o.sm_margin = value;
+  }
   return o;
 }
 
@@ -47,7 +62,8 @@ class Engine::Impl {
         binaries_(options_.disk_cache, options_.cache_dir, options_.log),
         loader_(binaries_, options_.log),
         planner_(options_, loader_),
-        workspaces_(driver_workspace_device()) {
+        workspaces_(driver_workspace_device()),
+        sm_margin_(*options_.sm_margin) {
     // NVRTC's version is part of every disk-cache key and opening it costs ~10 ms: start now
     // so the first call does not pay it.
     nvrtc_preload_ = std::async(std::launch::async, [] { (void)NvrtcLibrary::get(); });
@@ -128,6 +144,14 @@ class Engine::Impl {
     return r;
   }
 
+  Status set_sm_margin(int sm_margin) {
+    if (sm_margin < 0 || sm_margin > kMaxSmMargin)
+      return Error(Code::invalid_argument, "sm_margin is " + std::to_string(sm_margin) + " but must be 0 to " +
+                                               std::to_string(kMaxSmMargin));
+    sm_margin_.store(sm_margin, std::memory_order_relaxed);
+    return {};
+  }
+
   EngineStats stats() const {
     EngineStats s;
     const LoaderStats l = loader_.stats();
@@ -185,8 +209,27 @@ class Engine::Impl {
     if (!plan.ok()) return std::move(plan).error();
     WorkspaceMeter meter;
     LaunchPlan launches;
-    FJ_TRY((*plan)->family->plan(problem, (*plan)->variant, call->info, meter, launches));
+    auto device = usable_device(*call, problem);
+    if (!device.ok()) return std::move(device).error();
+    FJ_TRY((*plan)->family->plan(problem, (*plan)->variant, **device, meter, launches));
     return std::uint64_t(meter.bytes());
+  }
+
+  // The device as this call may use it: all of it, or all but its sm_margin (else the engine's).
+  // Only a margin copies the device's description; calls without one use the stored one.
+  struct UsableDevice {
+    const DeviceContextInfo* info;
+    std::optional<DeviceContextInfo> reduced;
+    const DeviceContextInfo& operator*() const { return reduced ? *reduced : *info; }
+  };
+  Result<UsableDevice> usable_device(const CallContext& call, const AttentionProblem& problem) const {
+    const int margin = problem.args->sm_margin > 0 ? problem.args->sm_margin : sm_margin_.load(std::memory_order_relaxed);
+    UsableDevice d{&call.info, std::nullopt};
+    if (margin == 0 && problem.args->sm_margin == 0) return d;
+    auto reduced = with_sm_margin(call.info, margin);
+    if (!reduced.ok()) return std::move(reduced).error();
+    d.reduced = std::move(reduced).value();
+    return d;
   }
 
   // One call's launches: the family's plan, with the caller's workspace or else the stream's,
@@ -197,7 +240,9 @@ class Engine::Impl {
     CallerWorkspace callers(workspaces_.device(), reinterpret_cast<CUdeviceptr>(given.data), given.bytes, stream);
     WorkspaceSource& workspace = given.data ? static_cast<WorkspaceSource&>(callers) : pooled;
     LaunchPlan launches;
-    FJ_TRY(plan.family->plan(problem, plan.variant, call.info, workspace, launches));
+    auto device = usable_device(call, problem);
+    if (!device.ok()) return std::move(device).error();
+    FJ_TRY(plan.family->plan(problem, plan.variant, **device, workspace, launches));
     FJ_TRY(KernelLoader::launch(call.drv, plan.module, launches, stream));
     launches_.fetch_add(1, std::memory_order_relaxed);
     return {};
@@ -211,6 +256,7 @@ class Engine::Impl {
   WorkspacePool workspaces_;
   std::future<void> nvrtc_preload_;
   std::atomic<std::uint64_t> launches_{0};
+  std::atomic<int> sm_margin_;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -270,5 +316,7 @@ Result<KernelVariant> Engine::default_variant(const Semantics& s, const std::str
 }
 
 EngineStats Engine::stats() const { return impl_->stats(); }
+
+Status Engine::set_sm_margin(int sm_margin) { return impl_->set_sm_margin(sm_margin); }
 
 }  // namespace flashjit

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/printable.hpp"
+#include "device_context.hpp"
 #include "tensor_layout.hpp"
 
 namespace flashjit {
@@ -101,6 +102,9 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
     return bad("workspace.bytes is " + std::to_string(a.workspace.bytes) + " but workspace.data is null");
   if (reinterpret_cast<std::uintptr_t>(a.workspace.data) % kWorkspaceAlignment != 0)
     return bad("workspace.data must be " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
+  if (a.sm_margin < 0 || a.sm_margin > kMaxSmMargin)
+    return bad("sm_margin must be in [0, " + std::to_string(kMaxSmMargin) + "] (SMs left to other kernels), got " +
+               std::to_string(a.sm_margin));
   const DType dt = a.q.dtype;
   for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{"k", &a.k}, {"v", &a.v}, {"o", &a.o}}) {
     if (view->dtype != dt)

@@ -12,12 +12,13 @@ imported.
 from ._abi import FlashjitError
 
 __version__ = "0.1.0"
-__all__ = ["FlashjitError", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "library_path",
-           "precompile", "version"]
+__all__ = ["FlashjitError", "flash_attn_combine", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "library_path", "merge_attention", "precompile", "set_sm_margin", "version"]
 
 _LAZY = {"flash_attn_func": "interface", "flash_attn_varlen_func": "interface", "flash_attn_with_kvcache": "interface",
-         "library_path": "_library", "version": "_library", "precompile": "warmup", "ops": None, "interface": None,
-         "warmup": None, "sdpa": None, "transformers": None}
+         "library_path": "_library", "version": "_library", "set_sm_margin": "_library", "precompile": "warmup", "ops": None, "interface": None,
+         "warmup": None, "sdpa": None, "transformers": None, "merge_attention": "merge", "flash_attn_combine": "merge",
+         "merge": None}
 
 
 def __getattr__(name):

@@ -58,7 +58,7 @@ class ArgsV2(ctypes.Structure):
                 ("mask", ctypes.c_int32), ("fp32_math", ctypes.c_int32), ("softmax_scale", ctypes.c_float),
                 ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
                 ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
-                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("sm_margin", ctypes.c_uint32),
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
@@ -71,7 +71,7 @@ class BackwardArgsV1(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
 DETERMINISTIC = 1  # flashjit_backward_args_v1.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
@@ -111,6 +111,8 @@ def load(path=None):
             if lib.flashjit_backward_args_v1_size() < ctypes.sizeof(BackwardArgsV1):
                 raise FlashjitError("flashjit_backward_args_v1 is %d bytes in the library, %d here: update the library"
                                     % (lib.flashjit_backward_args_v1_size(), ctypes.sizeof(BackwardArgsV1)))
+        if lib.abi >= 6:
+            lib.flashjit_engine_set_sm_margin.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         if lib.flashjit_args_v2_size() < ctypes.sizeof(ArgsV2):
             raise FlashjitError("flashjit_attention_args_v2 is %d bytes in the library, %d here: update the library"
                                 % (lib.flashjit_args_v2_size(), ctypes.sizeof(ArgsV2)))
@@ -245,6 +247,15 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
         CHECK_METADATA if check else 0, 0, 0, 0,
         *lse_fields, *varlen_fields, *window_fields, *alibi_fields, *paged_fields)
     return ArgsV2.from_buffer(buf)
+
+
+def set_sm_margin(lib, sm_margin):
+    """The engine's default sm_margin (ABI version 6)."""
+    if lib.abi < 6:
+        raise FlashjitError("sm_margin needs libflashjit ABI version 6 or newer, this one is %d: update the library"
+                            % lib.abi)
+    if lib.flashjit_engine_set_sm_margin(lib.engine, int(sm_margin)) != 0:
+        raise FlashjitError(lib.flashjit_last_error().decode())
 
 
 def workspace_size(lib, args, stream=0):

@@ -72,3 +72,13 @@ def get():
 def version():
     """The library's version and the NVRTC it loads ("flashjit 0.1.0 (NVRTC 13.0)")."""
     return get().flashjit_version().decode()
+
+
+def set_sm_margin(sm_margin: int):
+    """Leaves `sm_margin` SMs of the GPU to other kernels in every later flashjit call (as
+    FlashAttention-3's sm_margin, for NCCL's kernels beside a ring's attention): persistent grids
+    and split-KV counts size to the rest; results do not change. 0 gives the whole GPU back.
+    FLASHJIT_SM_MARGIN sets it when the library loads. A call already captured in a CUDA graph
+    keeps the grid it was captured with."""
+    from . import _abi
+    _abi.set_sm_margin(get(), sm_margin)

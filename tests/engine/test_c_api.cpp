@@ -154,7 +154,7 @@ TEST_CASE("C ABI v2: the struct's size and version are checked, unknown trailing
   flashjit_engine_destroy(e);
 }
 
-TEST_CASE("C ABI v2 flags: the checked mode bit is taken, unknown bits and reserved are refused") {
+TEST_CASE("C ABI v2 flags: the checked mode bit is taken, unknown bits and bad SM margins are refused") {
   flashjit_engine* e = nullptr;
   REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
   flashjit_attention_args_v2 a = args_v2();
@@ -162,11 +162,26 @@ TEST_CASE("C ABI v2 flags: the checked mode bit is taken, unknown bits and reser
   CHECK(flashjit_forward_v2(e, &a, nullptr) == FLASHJIT_UNSUPPORTED);
   CHECK(has(flashjit_last_error(), "args.flags sets bits this flashjit does not know: 128"));
   a.flags = FLASHJIT_CHECK_METADATA;
-  a.reserved = 1;
-  CHECK(has(v2_error(e, a), "args.reserved must be 0"));
-  a.reserved = 0;  // checked mode validates on the host first like any call
+  a.sm_margin = 5000;  // the field that was `reserved` before ABI version 6
+  CHECK(has(v2_error(e, a), "sm_margin must be in [0, 4096] (SMs left to other kernels), got 5000"));
+  a.sm_margin = 0xffffffffu;
+  CHECK(has(v2_error(e, a), "args.sm_margin is 4294967295"));
+  a.sm_margin = 8;  // taken; checked mode validates on the host first like any call
   a.softmax_scale = -1.f;
   CHECK(has(v2_error(e, a), "softmax_scale must be finite and > 0"));
+  flashjit_engine_destroy(e);
+}
+
+TEST_CASE("C ABI: the engine's default SM margin is checked by name") {
+  flashjit_engine* e = nullptr;
+  REQUIRE(flashjit_engine_create(&e) == FLASHJIT_OK);
+  CHECK(flashjit_engine_set_sm_margin(nullptr, 4) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "engine is null"));
+  CHECK(flashjit_engine_set_sm_margin(e, -1) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(has(flashjit_last_error(), "sm_margin is -1 but must be 0 to 4096"));
+  CHECK(flashjit_engine_set_sm_margin(e, 4097) == FLASHJIT_INVALID_ARGUMENT);
+  CHECK(flashjit_engine_set_sm_margin(e, 16) == FLASHJIT_OK);
+  CHECK(flashjit_engine_set_sm_margin(e, 0) == FLASHJIT_OK);
   flashjit_engine_destroy(e);
 }
 

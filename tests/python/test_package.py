@@ -250,3 +250,10 @@ def test_causal_ends_each_row_at_its_diagonal_whatever_the_window(window, causal
     """FlashAttention's rule (its own tests pass causal=True with a random right window)."""
     from flashjit import interface
     assert interface._window(window, causal) == want
+
+
+def test_the_engines_sm_margin_is_set_and_checked_by_name():
+    flashjit.set_sm_margin(16)
+    flashjit.set_sm_margin(0)
+    with pytest.raises(flashjit.FlashjitError, match="sm_margin is -1 but must be 0 to 4096"):
+        flashjit.set_sm_margin(-1)

@@ -16,8 +16,9 @@ extern "C" {
 /* 1: flashjit_attention_args. 2: flashjit_attention_args_v2 (size-prefixed, extensible).
  * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA).
  * 4: flashjit_attention_args_v2 gains workspace and workspace_bytes; flashjit_workspace_size_v2.
- * 5: the backward pass: flashjit_backward_args_v1, flashjit_backward_v1 and its workspace size. */
-#define FLASHJIT_ABI_VERSION 5
+ * 5: the backward pass: flashjit_backward_args_v1, flashjit_backward_v1 and its workspace size.
+ * 6: flashjit_attention_args_v2.sm_margin (was reserved, 0); flashjit_engine_set_sm_margin. */
+#define FLASHJIT_ABI_VERSION 6
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -124,7 +125,9 @@ typedef struct flashjit_attention_args_v2 {
                                      [batch]: keys each sequence uses (cache_seqlens) */
   const flashjit_paged_kv* paged; /* NULL: contiguous caches */
   uint32_t flags;                 /* FLASHJIT_CHECK_METADATA, or 0 (ABI version 3) */
-  uint32_t reserved;              /* must be 0 */
+  uint32_t sm_margin;             /* ABI version 6 (before: reserved, 0): SMs to leave to other
+                                     kernels (NCCL's beside a ring); persistent grids and split
+                                     counts size to the rest. 0: the engine's default. */
   /* ABI version 4. Device scratch memory the caller owns for this call (a framework's allocator,
    * a CUDA graph's pool), used instead of the engine's per-stream pool, so that a call captured
    * on a stream the engine has not seen allocates nothing. At least flashjit_workspace_size_v2()
@@ -143,6 +146,9 @@ const char* flashjit_last_error(void);
 
 flashjit_status flashjit_engine_create(flashjit_engine** out);
 void flashjit_engine_destroy(flashjit_engine* engine);
+/* The sm_margin of later calls that give none (0 to 4096; ABI version 6). FLASHJIT_SM_MARGIN sets
+ * it at creation. */
+flashjit_status flashjit_engine_set_sm_margin(flashjit_engine* engine, int32_t sm_margin);
 
 /* Runs attention on `stream` (a CUstream / cudaStream_t; NULL = default stream) of the calling
  * thread's current CUDA context. Nothing is written when it fails. */

@@ -115,6 +115,11 @@ struct AttentionArgs {
   // Costs one synchronization of the stream (not allowed while capturing a graph). Off: bad
   // entries are clamped on the device, sync-free (memory-safe, but silent).
   bool check_metadata = false;
+  // SMs to leave to other kernels running beside this call (NCCL's in a ring, FlashAttention-3's
+  // sm_margin): persistent grids and split-KV counts size to the device's SMs minus this. It
+  // changes no result. 0: the engine's default (EngineOptions::sm_margin, FLASHJIT_SM_MARGIN).
+  // At most the device's SM count minus one.
+  int sm_margin = 0;
 };
 
 // The backward pass of one forward call: the gradients of a loss with respect to q, k and v,
@@ -155,6 +160,9 @@ struct EngineOptions {
   std::optional<TuneMode> tune_mode;
   // Every call in checked mode (see AttentionArgs::check_metadata). Unset: FLASHJIT_CHECK=1 turns it on.
   std::optional<bool> check_metadata;
+  // SMs every call leaves free unless it names its own (AttentionArgs::sm_margin); also
+  // Engine::set_sm_margin(). Unset: FLASHJIT_SM_MARGIN, else 0.
+  std::optional<int> sm_margin;
 };
 
 // One offline tuning job: a result-changing variant and a shape; shapes in the same bucket
@@ -267,6 +275,10 @@ class Engine {
 
   // Default tiling for a result-changing variant on an arch ("" family: chosen by arch).
   Result<KernelVariant> default_variant(const Semantics& semantics, const std::string& arch) const;
+
+  // The default of AttentionArgs::sm_margin for later calls (0 to 4096), e.g. while a ring's
+  // communication runs beside the attention; calls already planned keep theirs.
+  Status set_sm_margin(int sm_margin);
 
   EngineStats stats() const;
 

@@ -1,0 +1,147 @@
+"""Scaling of ring attention (PyTorch's context parallelism) with flashjit's kernels against the same
+ring with PyTorch's own flash kernels (issue 27).
+
+    torchrun --nproc_per_node=1 bench/cp_scaling.py --out one.jsonl    # the one-GPU baseline
+    torchrun --nproc_per_node=4 bench/cp_scaling.py --out four.jsonl   # the ring on 4 GPUs
+    python3 bench/cp_table.py one.jsonl two.jsonl four.jsonl            # efficiency table and plot
+
+On one GPU it times plain F.scaled_dot_product_attention over the whole sequence (no ring): the
+ideal N-GPU time is that over N, and a ring's efficiency is T1 / (N * TN), each implementation
+against its own one-GPU time. On N GPUs it times the ring: causal attention, load-balanced
+(head-tail shards), K/V all-gathered (PyTorch's default) or passed around (--rotate alltoall).
+
+Timing: CUDA events around each call on every GPU after a barrier, the slowest GPU's time per
+round (a ring step waits for the slowest), rounds in A B B A order of the implementations, the
+median over rounds. Forward alone, and forward plus backward. Inputs: bf16 random normal,
+[batch, heads, seq, head_dim], the same on every GPU. Each result is one JSON line (rank 0).
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.experimental import context_parallel
+from torch.distributed.tensor.experimental._attention import _cp_options, set_rotate_method
+from torch.nn.attention import SDPBackend, activate_flash_attention_impl, restore_flash_attention_impl, sdpa_kernel
+
+import flashjit
+from flashjit import sdpa as flashjit_sdpa
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seqs", default="131072,524288", help="total tokens, comma-separated")
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--impls", default="flashjit,aten", help="flashjit and/or aten (PyTorch's flash kernels)")
+    p.add_argument("--modes", default="fwd,fwd_bwd")
+    p.add_argument("--rounds", type=int, default=4, help="A B B A rounds (a multiple of 2)")
+    p.add_argument("--rotate", default="allgather", choices=("allgather", "alltoall"))
+    p.add_argument("--sm-margin", type=int, default=0, help="SMs flashjit leaves to NCCL (flashjit.set_sm_margin)")
+    p.add_argument("--out", default=None, help="append JSON lines here (rank 0); default: stdout only")
+    return p.parse_args()
+
+
+def use(impl):
+    """SDPA's flash kernels: flashjit's or aten's own."""
+    if impl == "flashjit":
+        activate_flash_attention_impl(flashjit_sdpa.IMPL_NAME)
+    else:
+        restore_flash_attention_impl()
+
+
+def one_call(mesh, q, k, v, dout, mode):
+    """One attention call (the ring when mesh has several GPUs), forward or forward + backward."""
+    backward = mode == "fwd_bwd"
+    if mesh.size() == 1:
+        leaves = [t.requires_grad_(backward) for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
+        if backward:
+            out.backward(dout)
+            for t in leaves:
+                t.grad = None
+        return
+    cq, ck, cv, cdo = (t.detach().clone() for t in (q, k, v, dout))  # sharded in place by the context
+    with context_parallel(mesh, buffers=[cq, ck, cv, cdo], buffer_seq_dims=[2] * 4,
+                          no_restore_buffers={cq, ck, cv, cdo}):
+        for t in (cq, ck, cv):
+            t.requires_grad_(backward)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            out = F.scaled_dot_product_attention(cq, ck, cv, is_causal=True)
+        if backward:
+            out.backward(cdo)
+
+
+def timed(mesh, q, k, v, dout, mode):
+    """Seconds of one call on the slowest GPU, the context's shard copies (index_select of q, k, v
+    and dout into head-tail order) included: every implementation pays them alike."""
+    dist.barrier()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    one_call(mesh, q, k, v, dout, mode)
+    stop.record()
+    torch.cuda.synchronize()
+    t = torch.tensor([start.elapsed_time(stop) / 1e3], device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def flops(b, h, s, d, mode):
+    """Causal attention's useful FLOPs: half of 4 * b * h * s^2 * d forward; backward 2.5 times that."""
+    fwd = 4 * b * h * s * s * d / 2
+    return fwd * (3.5 if mode == "fwd_bwd" else 1.0)
+
+
+def main():
+    args = parse()
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+    mesh = init_device_mesh("cuda", (world,))
+    set_rotate_method(args.rotate)
+    _cp_options.enable_load_balance = True
+    flashjit.set_sm_margin(args.sm_margin)
+    impls = args.impls.split(",")
+    # A B B A: rounds 0 and 3 (mod 4) take impls[0], rounds 1 and 2 the last one.
+    order = [impls[0] if r % 4 in (0, 3) else impls[-1] for r in range(args.rounds)]
+    for seq in (int(s) for s in args.seqs.split(",")):
+        shape = (1, args.heads, seq, args.head_dim)
+        gen = torch.Generator(device="cuda").manual_seed(seq)
+        q, k, v, dout = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+        for t in (q, k, v, dout):
+            dist.broadcast(t, 0)
+        for mode in args.modes.split(","):
+            for impl in impls:  # warm: compile, NCCL's communicators, allocator pools
+                use(impl)
+                timed(mesh, q, k, v, dout, mode)
+            times = {impl: [] for impl in impls}
+            wall = time.time()
+            for impl in order:
+                use(impl)
+                times[impl].append(timed(mesh, q, k, v, dout, mode))
+            if rank == 0:
+                for impl in impls:
+                    med = statistics.median(times[impl])
+                    row = {"gpus": world, "seq": seq, "heads": args.heads, "head_dim": args.head_dim, "mode": mode,
+                           "impl": impl, "rotate": args.rotate, "sm_margin": args.sm_margin, "seconds": med,
+                           "rounds": times[impl], "tflops_per_gpu": flops(1, args.heads, seq, args.head_dim, mode)
+                           / med / world / 1e12, "device": torch.cuda.get_device_name(), "wall_s": time.time() - wall}
+                    print(json.dumps(row), flush=True)
+                    if args.out:
+                        with open(args.out, "a") as f:
+                            f.write(json.dumps(row) + "\n")
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+    restore_flash_attention_impl()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
