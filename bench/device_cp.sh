@@ -64,6 +64,8 @@ for step in "${steps[@]}"; do
         done
       done ;;
     scaling)
+      # The one-GPU baseline runs on the tests' GPU: after them, never beside them.
+      if [[ -n ${tests_pid:-} ]]; then wait "$tests_pid"; cat "$OUT/tests_step.log"; tests_pid=; fi
       [[ $gpus -ge 3 ]] && { run_n 1 "$last" bench/cp_scaling.py --seqs "$seqs" --out "$OUT/cp_1gpu.jsonl" \
         > "$OUT/cp_1gpu.log" 2>&1; echo "1 GPU rc=$?"; } &
       one_pid=$!
