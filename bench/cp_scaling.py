@@ -12,7 +12,8 @@ against its own one-GPU time. On N GPUs it times the ring: causal attention, loa
 
 Timing: CUDA events around each call on every GPU after a barrier, the slowest GPU's time per
 round (a ring step waits for the slowest), rounds in A B B A order of the implementations, the
-median over rounds. Forward alone, and forward plus backward. Inputs: bf16 random normal,
+median over rounds. Inside one context_parallel: the inputs are sharded once, untimed, as a model
+shards its token ids once and computes q, k, v on each GPU. Forward alone, and forward plus backward. Inputs: bf16 random normal,
 [batch, heads, seq, head_dim], the same on every GPU. Each result is one JSON line (rank 0).
 """
 import argparse
@@ -20,6 +21,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -48,49 +50,69 @@ def parse():
 
 
 def use(impl):
-    """SDPA's flash kernels: flashjit's or aten's own."""
-    if impl == "flashjit":
-        activate_flash_attention_impl(flashjit_sdpa.IMPL_NAME)
-    else:
-        restore_flash_attention_impl()
+    """SDPA's flash kernels: flashjit's or aten's own. Every graph recorded through flashjit has been
+    backpropagated when this switches, so aten gets its own backward back too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the dispatcher's override notes, restore's route note
+        if impl == "flashjit":
+            activate_flash_attention_impl(flashjit_sdpa.IMPL_NAME)
+        else:
+            restore_flash_attention_impl()
+            flashjit_sdpa.release_backward_route()
 
 
-def one_call(mesh, q, k, v, dout, mode):
-    """One attention call (the ring when mesh has several GPUs), forward or forward + backward."""
+def one_call(q, k, v, dout, mode):
+    """One attention call, forward or forward + backward: plain SDPA on one GPU, the ring inside
+    context_parallel (q, k, v, dout are then this GPU's shards, F.scaled_dot_product_attention the
+    context's ring)."""
     backward = mode == "fwd_bwd"
-    if mesh.size() == 1:
-        leaves = [t.requires_grad_(backward) for t in (q, k, v)]
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            out = F.scaled_dot_product_attention(*leaves, is_causal=True)
-        if backward:
-            out.backward(dout)
-            for t in leaves:
-                t.grad = None
-        return
-    cq, ck, cv, cdo = (t.detach().clone() for t in (q, k, v, dout))  # sharded in place by the context
-    with context_parallel(mesh, buffers=[cq, ck, cv, cdo], buffer_seq_dims=[2] * 4,
-                          no_restore_buffers={cq, ck, cv, cdo}):
-        for t in (cq, ck, cv):
-            t.requires_grad_(backward)
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            out = F.scaled_dot_product_attention(cq, ck, cv, is_causal=True)
-        if backward:
-            out.backward(cdo)
+    with torch.set_grad_enabled(backward), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if backward:
+        out.backward(dout)
+        for t in (q, k, v):
+            t.grad = None
 
 
-def timed(mesh, q, k, v, dout, mode):
-    """Seconds of one call on the slowest GPU, the context's shard copies (index_select of q, k, v
-    and dout into head-tail order) included: every implementation pays them alike."""
+def timed(q, k, v, dout, mode):
+    """Seconds of one call on the slowest GPU (a ring waits for its slowest member), from a barrier.
+    Sharding the inputs is not timed: a model shards its token ids once and makes q, k, v locally."""
     dist.barrier()
     torch.cuda.synchronize()
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    one_call(mesh, q, k, v, dout, mode)
+    one_call(q, k, v, dout, mode)
     stop.record()
     torch.cuda.synchronize()
     t = torch.tensor([start.elapsed_time(stop) / 1e3], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
+
+
+def measure(q, k, v, dout, args, impls, order, world, seq):
+    """Every mode and implementation on these (sharded or whole) inputs; JSON rows on rank 0."""
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    for mode in args.modes.split(","):
+        for impl in impls:  # warm: compile, NCCL's communicators, allocator pools
+            use(impl)
+            timed(q, k, v, dout, mode)
+        times = {impl: [] for impl in impls}
+        wall = time.time()
+        for impl in order:
+            use(impl)
+            times[impl].append(timed(q, k, v, dout, mode))
+        if dist.get_rank() == 0:
+            for impl in impls:
+                med = statistics.median(times[impl])
+                row = {"gpus": world, "seq": seq, "heads": args.heads, "head_dim": args.head_dim, "mode": mode,
+                       "impl": impl, "rotate": args.rotate, "sm_margin": args.sm_margin, "seconds": med,
+                       "rounds": times[impl], "tflops_per_gpu": flops(1, args.heads, seq, args.head_dim, mode)
+                       / med / world / 1e12, "device": torch.cuda.get_device_name(), "wall_s": time.time() - wall}
+                print(json.dumps(row), flush=True)
+                if args.out:
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
 
 
 def flops(b, h, s, d, mode):
@@ -117,29 +139,15 @@ def main():
         q, k, v, dout = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
         for t in (q, k, v, dout):
             dist.broadcast(t, 0)
-        for mode in args.modes.split(","):
-            for impl in impls:  # warm: compile, NCCL's communicators, allocator pools
-                use(impl)
-                timed(mesh, q, k, v, dout, mode)
-            times = {impl: [] for impl in impls}
-            wall = time.time()
-            for impl in order:
-                use(impl)
-                times[impl].append(timed(mesh, q, k, v, dout, mode))
-            if rank == 0:
-                for impl in impls:
-                    med = statistics.median(times[impl])
-                    row = {"gpus": world, "seq": seq, "heads": args.heads, "head_dim": args.head_dim, "mode": mode,
-                           "impl": impl, "rotate": args.rotate, "sm_margin": args.sm_margin, "seconds": med,
-                           "rounds": times[impl], "tflops_per_gpu": flops(1, args.heads, seq, args.head_dim, mode)
-                           / med / world / 1e12, "device": torch.cuda.get_device_name(), "wall_s": time.time() - wall}
-                    print(json.dumps(row), flush=True)
-                    if args.out:
-                        with open(args.out, "a") as f:
-                            f.write(json.dumps(row) + "\n")
+        if world == 1:
+            measure(q, k, v, dout, args, impls, order, world, seq)
+        else:  # the context shards the buffers in place (head-tail order) and rings SDPA inside it
+            with context_parallel(mesh, buffers=[q, k, v, dout], buffer_seq_dims=[2] * 4,
+                                  no_restore_buffers={q, k, v, dout}):
+                measure(q, k, v, dout, args, impls, order, world, seq)
         del q, k, v, dout
         torch.cuda.empty_cache()
-    restore_flash_attention_impl()
+    use("aten")
     dist.destroy_process_group()
 
 

@@ -16,39 +16,37 @@ def load(paths):
     for p in paths:
         with open(p) as f:
             rows += [json.loads(line) for line in f if line.strip()]
-    # The last measurement of a cell wins (a rerun appends).
+    # The last measurement of a cell wins (a rerun appends). One GPU runs no ring: no rotate.
     cells = {}
     for r in rows:
-        cells[(r["seq"], r["mode"], r["impl"], r["gpus"])] = r
+        cells[(r["seq"], r["mode"], r["impl"], r["gpus"], r["rotate"] if r["gpus"] > 1 else "-")] = r
     return cells
 
 
 def table(cells):
-    by = defaultdict(dict)
-    for (seq, mode, impl, gpus), r in cells.items():
-        by[(seq, mode, impl)][gpus] = r["seconds"]
     out = []
-    for (seq, mode, impl), times in sorted(by.items()):
-        one = times.get(1)
-        for gpus, t in sorted(times.items()):
-            if gpus == 1:
-                continue
-            other = cells.get((seq, mode, "aten" if impl == "flashjit" else "flashjit", gpus))
-            out.append({"seq": seq, "mode": mode, "impl": impl, "gpus": gpus, "seconds": t, "one_gpu_seconds": one,
-                        "efficiency": one / (gpus * t) if one else None,
-                        "aten_over_flashjit": (other["seconds"] / t) if other and impl == "flashjit" else None})
+    for (seq, mode, impl, gpus, rotate), r in sorted(cells.items()):
+        if gpus == 1:
+            continue
+        one = cells.get((seq, mode, impl, 1, "-"))
+        other = cells.get((seq, mode, "aten" if impl == "flashjit" else "flashjit", gpus, rotate))
+        t = r["seconds"]
+        out.append({"seq": seq, "mode": mode, "impl": impl, "gpus": gpus, "rotate": rotate, "seconds": t,
+                    "one_gpu_seconds": one["seconds"] if one else None,
+                    "efficiency": one["seconds"] / (gpus * t) if one else None,
+                    "aten_over_flashjit": (other["seconds"] / t) if other and impl == "flashjit" else None})
     return out
 
 
 def markdown(rows):
-    lines = ["| tokens | mode | impl | GPUs | time s | 1-GPU s | efficiency | aten/flashjit |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| tokens | mode | impl | GPUs | K/V rotation | time s | 1-GPU s | efficiency | aten/flashjit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         eff = "%.1f%%" % (100 * r["efficiency"]) if r["efficiency"] else "-"
         ratio = "%.3f" % r["aten_over_flashjit"] if r["aten_over_flashjit"] else ""
         one = "%.3f" % r["one_gpu_seconds"] if r["one_gpu_seconds"] else "-"
-        lines.append("| %dk | %s | %s | %d | %.3f | %s | %s | %s |" % (r["seq"] // 1024, r["mode"], r["impl"], r["gpus"],
-                                                                      r["seconds"], one, eff, ratio))
+        lines.append("| %dk | %s | %s | %d | %s | %.3f | %s | %s | %s |" % (
+            r["seq"] // 1024, r["mode"], r["impl"], r["gpus"], r["rotate"], r["seconds"], one, eff, ratio))
     return "\n".join(lines)
 
 
@@ -58,18 +56,19 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, mode in zip(axes, ("fwd", "fwd_bwd")):
-        for key in sorted({(r["seq"], r["impl"]) for r in rows if r["mode"] == mode}):
+        for key in sorted({(r["seq"], r["impl"], r["rotate"]) for r in rows if r["mode"] == mode}):
             pts = sorted((r["gpus"], r["efficiency"]) for r in rows
-                         if r["mode"] == mode and (r["seq"], r["impl"]) == key and r["efficiency"])
+                         if r["mode"] == mode and (r["seq"], r["impl"], r["rotate"]) == key and r["efficiency"])
             if pts:
-                ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o",
-                        linestyle="-" if key[1] == "flashjit" else "--", label="%s %dk" % (key[1], key[0] // 1024))
+                ax.plot([1] + [p[0] for p in pts], [100] + [100 * p[1] for p in pts], marker="o",
+                        linestyle="-" if key[1] == "flashjit" else "--",
+                        label="%s %dk %s" % (key[1], key[0] // 1024, key[2]))
         ax.axhline(100, color="grey", linewidth=0.5)
         ax.set_title("ring attention, %s" % mode.replace("_", " + "))
         ax.set_xlabel("GPUs")
         ax.set_xticks(sorted({r["gpus"] for r in rows}))
     axes[0].set_ylabel("efficiency, % of ideal (T1 / N)")
-    axes[1].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -12,7 +12,9 @@
 # check:   examples/context_parallel.py --check on 2 GPUs and on all of them: causal (balanced,
 #          all-gather and all-to-all), non-causal, forward and backward.
 # scaling: bench/cp_scaling.py: the one-GPU baseline on the last GPU while 2 GPUs run the ring on
-#          the first two, then the ring on all GPUs (SEQS, default 131072,524288).
+#          the first two, then the ring on all GPUs (SEQS, default 131072,524288), K/V all-gathered
+#          and passed (ROTATES); MARGIN=n adds flashjit with n SMs left to NCCL (all-to-all).
+# sm_margin: the sm_margin planning test on a real GPU (fa3's persistent grid).
 # Logs and JSON lines go to $OUT.
 set -u
 OUT=${OUT:-/tmp/flashjit-out}
@@ -74,12 +76,22 @@ for step in "${steps[@]}"; do
       echo "2 GPUs rc=$?"
       wait $one_pid
       if [[ $gpus -ge 4 ]]; then
-        run_n "$gpus" "$(first_n "$gpus")" bench/cp_scaling.py --seqs "$seqs" --out "$OUT/cp_${gpus}gpu.jsonl" \
-          > "$OUT/cp_${gpus}gpu.log" 2>&1
-        echo "$gpus GPUs rc=$?"
+        for rotate in ${ROTATES:-allgather alltoall}; do
+          run_n "$gpus" "$(first_n "$gpus")" bench/cp_scaling.py --seqs "$seqs" --rotate "$rotate" \
+            --out "$OUT/cp_${gpus}gpu.jsonl" >> "$OUT/cp_${gpus}gpu.log" 2>&1
+          echo "$gpus GPUs $rotate rc=$?"
+        done
+      fi
+      if [[ -n ${MARGIN:-} ]]; then  # flashjit alone, SMs left to NCCL's passes (all-to-all overlaps them)
+        run_n "$gpus" "$(first_n "$gpus")" bench/cp_scaling.py --seqs "$seqs" --rotate alltoall --impls flashjit \
+          --sm-margin "$MARGIN" --out "$OUT/cp_margin.jsonl" >> "$OUT/cp_margin.log" 2>&1
+        echo "$gpus GPUs alltoall sm_margin $MARGIN rc=$?"; cat "$OUT/cp_margin.jsonl"
       fi
       python3 bench/cp_table.py "$OUT"/cp_*gpu.jsonl --plot "$OUT/cp_scaling.png" | tee "$OUT/cp_table.md" ;;
-    *) echo "unknown step '$step' (tests, check, scaling)"; status=1 ;;
+    sm_margin)
+      ./build/tests/engine/test_engine_sm_margin > "$OUT/sm_margin_test.log" 2>&1
+      echo "test_engine_sm_margin rc=$?"; grep -E "SKIPPED|ERROR|Status" "$OUT/sm_margin_test.log" ;;
+    *) echo "unknown step '$step' (tests, check, scaling, sm_margin)"; status=1 ;;
   esac
   echo "[$step took $((SECONDS - start)) s]"
 done

@@ -26,7 +26,8 @@ If a forward ran with autograd recording, the route outlives restore_flash_atten
 rest of the process (a graph recorded through flashjit may still be backpropagated later); aten's
 flash forwards run after restore then get flashjit's backward too, or its refusal where it has
 none. Run flashjit forwards under torch.no_grad() or torch.inference_mode() to get aten's own
-backward back after restore.
+backward back after restore, or call release_backward_route() once those graphs are done with; a
+later activation takes the route over.
 """
 import threading
 import warnings
@@ -217,6 +218,20 @@ def _kernels(device_type, launch, on_forward, launch_backward=ops.launch_backwar
     return forward, sdpa_backward.kernels(device_type, launch_backward, _check_devices, _count)
 
 
+def release_backward_route(device_type=None):
+    """Drops the backward routes earlier activations left past restore (the module's docstring says
+    when one stays), for one device type or all: aten's flash backward is aten's again. Call it once
+    no graph recorded through flashjit's forward will be backpropagated any more (such a graph would
+    then run aten's backward kernel on flashjit's outputs). Returns how many routes were dropped."""
+    kept = [r for r in _lingering_backward_routes
+            if device_type is not None and getattr(r, "flashjit_device_type", None) != device_type]
+    dropped = [r for r in _lingering_backward_routes if r not in kept]
+    for route in dropped:
+        route._destroy()
+    _lingering_backward_routes[:] = kept
+    return len(dropped)
+
+
 class Activation:
     """One activation of the override: the forward library and the backward route (both dropped by
     remove(), the route kept if autograd recorded a flashjit forward). torch's registry holds it."""
@@ -227,8 +242,12 @@ class Activation:
         self.forwards_under_autograd = 0
         key = device_type.upper()
         forward, backward = _kernels(device_type, launch, self._on_forward, launch_backward, warn_backward)
+        # A route an earlier activation left past restore serves the same ops, and torch takes one
+        # override per op and key: this activation's route replaces it (both run flashjit's backward).
+        release_backward_route(device_type)
         self.forward_library = Library("aten", "IMPL", key)
         self.backward_route = Library("aten", "IMPL", key)
+        self.backward_route.flashjit_device_type = device_type
         for name in aten_ops(forward):
             self.forward_library.impl(name, forward[name], key)
         for name in aten_ops(backward):

@@ -75,10 +75,15 @@ TEST_CASE("sm_margin: the call's device has that many SMs fewer; none left is an
 TEST_CASE("sm_margin: fa3's persistent grid shrinks with the SMs left, per SM alike") {
   // fa3's plan encodes TMA descriptors through the driver: this case runs where one is installed
   // (the device run carries this binary), and says it was skipped elsewhere.
-  if (!DriverLibrary::get().ok()) {
-    std::printf("SKIPPED (no CUDA driver): fa3_sm90's plan encodes TMA descriptors through the driver\n");
+  auto drv = DriverLibrary::get();
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (!drv.ok() || drv.value()->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      drv.value()->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) {
+    std::printf("SKIPPED (no CUDA driver or GPU): fa3_sm90's plan encodes TMA descriptors through the driver\n");
     return;
   }
+  REQUIRE(drv.value()->cuCtxSetCurrent(ctx) == CUDA_SUCCESS);  // the descriptors are encoded in a context
   // 16 sequences of 1K, causal, 16 heads at D = 128: more tiles than CTAs fit, a persistent grid.
   const AttentionArgs a = args(16, 1024, 1024, 16, 16, true);
   const unsigned full = plan_on(a, h100()).first;

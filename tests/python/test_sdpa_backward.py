@@ -364,6 +364,31 @@ def test_backward_route_outlives_restore_after_a_recorded_forward(cpu_route):
         torch.ops.aten._scaled_dot_product_flash_attention(q, k, v)
 
 
+def test_a_new_activation_takes_over_a_route_left_past_restore_and_release_drops_it(reference_launcher,
+                                                                                  reference_backward_launcher):
+    """Activate, record, restore (the route stays), activate again (torch takes one override per op
+    and key: the new route replaces the old), restore again; release_backward_route() then gives
+    aten's backward back. Once failed with 'already a kernel registered ... for CPU dispatch key'."""
+    def activate():
+        return sdpa.Activation("cpu", launch=reference_launcher, launch_backward=reference_backward_launcher,
+                               warn_backward=lambda *a, **k: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            route = activate()
+            q = torch.randn(1, 2, 8, 16, requires_grad=True)
+            out = torch.ops.aten._scaled_dot_product_flash_attention(q, q, q, 0.0, True)[0]
+            route.remove()
+            assert len(sdpa._lingering_backward_routes) == 1
+        out.sum().backward()  # the graph of the second activation, through the route it left
+        assert q.grad is not None
+        assert sdpa.release_backward_route("cuda") == 0  # another device type's: none
+        assert sdpa.release_backward_route() == 1
+    assert not sdpa._lingering_backward_routes
+    with pytest.raises(NotImplementedError, match="Could not run"):  # aten's own: no CPU kernel
+        sdpa_backward_call()
+
+
 def test_backward_route_goes_with_restore_when_nothing_was_recorded(cpu_route):
     q = torch.randn(1, 2, 8, 16, requires_grad=True)
     with torch.no_grad():
