@@ -2,13 +2,16 @@
 
     python -m flashjit.bench                      # bf16, D 64/128/256, S 1k/4k/16k, causal or not
     python -m flashjit.bench --dtype fp16 --d 128 --out fp16.png --json fp16.json
+    python -m flashjit.bench --pass backward --d 64,128   # dq, dk, dv from one recorded forward
 
 Each cell holds a fixed number of tokens (batch x seq) and of features (heads x head_dim), so its
 inputs are larger than any L2. Time is GPU time only: the calls of a round are queued behind a
 spin kernel, so host overhead does not count, and the backends take turns in A B B A order. The
 plot, one panel per head dim, shows TFLOP/s (4 * batch * heads * seq_q * seq_k * head_dim, half
-of that when causal) as FlashAttention's README charts do. Every backend's output is compared
-with flashjit's; a cell where they differ by more than the dtype allows is flagged.
+of that when causal) as FlashAttention's README charts do; the backward (--pass backward) times
+dq, dk, dv from one recorded forward (torch.autograd.grad with retain_graph) and counts 2.5 times
+the forward's FLOPs. Every backend's output (or gradients) is compared with flashjit's; a cell
+where they differ by more than the dtype allows is flagged.
 """
 import argparse
 import json
@@ -21,7 +24,8 @@ import torch.nn.functional as F
 
 # Milliseconds of GPU time a round aims for: long enough to time, short enough for many rounds.
 ROUND_MS = 30.0
-# How far apart two correct bf16/fp16 outputs may be (max abs, inputs of unit variance).
+# How far apart two correct bf16/fp16 outputs may be (max abs, inputs of unit variance; for
+# gradients, max abs relative to the largest gradient).
 AGREEMENT = 3e-2
 
 
@@ -78,9 +82,25 @@ def backends(names):
     return {n: table[n] for n in names}
 
 
+def backward_of(make, dout):
+    """A backend's backward: make(q, k, v, causal) -> call() returning (dq, dk, dv) of one forward,
+    recorded once (the forward is not timed)."""
+    def make_backward(q, k, v, causal):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        with torch.enable_grad():
+            out = make(*leaves, causal)()
+
+        def call():
+            with torch.enable_grad():
+                return torch.autograd.grad(out, leaves, dout, retain_graph=True)
+        return call
+    return make_backward
+
+
 def run(args):
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     makers = backends(args.backends)
+    backward = args.pass_ == "backward"
     for name, make in list(makers.items()):
         if isinstance(make, str):
             print("%s: %s, left out" % (name, make), file=sys.stderr)
@@ -91,20 +111,26 @@ def run(args):
     for i, (d, s, causal) in enumerate(cells):
         batch, heads = max(1, args.tokens // s), max(1, args.width // d)
         q, k, v = (torch.randn(batch, s, heads, d, device="cuda", dtype=dtype) for _ in range(3))
-        flops = 4.0 * batch * heads * s * s * d * (0.5 if causal else 1.0)
+        dout = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype) if backward else None
+        flops = 4.0 * batch * heads * s * s * d * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
         cell = {"head_dim": d, "seq": s, "batch": batch, "heads": heads, "causal": causal, "dtype": args.dtype,
-                "ms": {}, "tflops": {}, "max_abs_vs_flashjit": {}, "problems": {}}
+                "pass": args.pass_, "ms": {}, "tflops": {}, "max_abs_vs_flashjit": {}, "problems": {}}
         calls, host_ms, want = {}, {}, None
         for name, make in makers.items():
             try:
-                call = make(q, k, v, causal)
+                call = (backward_of(make, dout) if backward else make)(q, k, v, causal)
                 out = call()  # compiles or picks its kernel here, outside the timing
+                if backward:
+                    out = torch.cat([g.flatten() for g in out])
                 torch.cuda.synchronize()
                 if want is None:
                     want = out.float()
                 else:
-                    cell["max_abs_vs_flashjit"][name] = (out.float() - want).abs().max().item()
-                    if not cell["max_abs_vs_flashjit"][name] <= AGREEMENT:
+                    diff = (out.float() - want).abs().max().item()
+                    if backward:  # gradients are not of unit size: relative to the largest
+                        diff /= max(want.abs().max().item(), 1e-30)
+                    cell["max_abs_vs_flashjit"][name] = diff
+                    if not diff <= AGREEMENT:
                         cell["problems"][name] = "differs from flashjit by %.3g" % cell["max_abs_vs_flashjit"][name]
                 t0 = time.perf_counter()
                 for _ in range(3):
@@ -131,7 +157,8 @@ def run(args):
                                                               "  (" + "; ".join("%s: %s" % kv for kv in
                                                                                 cell["problems"].items()) + ")"
                                                               if cell["problems"] else ""), flush=True)
-        del q, k, v, want
+        del q, k, v, dout, want, calls
+        torch.cuda.empty_cache()
     return results
 
 
@@ -170,6 +197,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m flashjit.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    p.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
+                   help="time the forward, or the backward (dq, dk, dv) of one recorded forward")
     p.add_argument("--d", type=_ints, default=[64, 128, 256], help="head dims, comma separated")
     p.add_argument("--s", type=_ints, default=[1024, 4096, 16384], help="sequence lengths (seq_q = seq_k)")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
@@ -191,12 +220,12 @@ def main(argv=None):
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     results = run(args)
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": args.dtype}
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": args.dtype, "pass": args.pass_}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "cells": results}, f, indent=1)
     try:
-        plot(results, args.out, "%s, %s, %s" % (meta["gpu"], args.dtype, "GPU time, A B B A rounds"))
+        plot(results, args.out, "%s, %s, %s, %s" % (meta["gpu"], args.dtype, args.pass_, "GPU time, A B B A rounds"))
         print("plot: %s" % args.out)
     except ImportError:
         print("no plot: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)

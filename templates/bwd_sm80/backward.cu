@@ -10,8 +10,8 @@
 //     P^T = exp2(S^T * scale_log2 - LSE * log2 e)  (masked entries 0);
 //     dS^T = P^T * (dP^T - D) * softcap'  (bwd_sm80/score_grad.cuh);  dV += P^T dO;  dK += dS^T Q
 //   query phase (each warp: its BLOCK_M / warps rows against all BLOCK_N keys):
-//     dS goes through shared memory (fp32), dQ_part = dS K, and every element is added to the
-//     fp32 dQ accumulator with an atomic (scaled by the softmax scale).
+//     dS goes through shared memory (fp32), dQ_part = dS K, staged through shared memory and
+//     added row by row to the fp32 dQ accumulator with atomics (scaled by the softmax scale).
 // At the end dK (times the scale) and dV are staged through the K and V tiles and stored.
 //
 // Not yet covered (docs/design/backward.md has the plan for each):
@@ -20,9 +20,8 @@
 //     head dim split across warps);
 //   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
 //   - deterministic mode (dQ atomics land in any order);
-//   - speed: Q/dO are not double-buffered (each Q block's loads are waited for), the mask is a
-//     per-element check on edge tiles, and dQ atomics go straight from registers (FA2 stages
-//     them through shared memory for coalescing).
+//   - speed: Q/dO are not double-buffered (each Q block's loads are waited for) and the mask is
+//     a per-element check on edge tiles.
 #include "bwd_sm80/elem.cuh"
 #include "bwd_sm80/gemm.cuh"
 #include "bwd_sm80/score_grad.cuh"
@@ -47,6 +46,23 @@ FJ_DEVICE void stage_tile16(Elem* smem, const float (&acc)[kMTiles][kNTiles][4],
       for (int nt = 0; nt < kNTiles; ++nt) {
         Elem* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + nt * 8 + 2 * f.t();
         *reinterpret_cast<unsigned*>(dst) = GemmS::pack16(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+}
+
+// Writes a register tile (m16n8 C layout, as stage_tile16) times x into an fp32 shared tile of row
+// stride kStride, as float2 pairs.
+template <int kStride, int kMTiles, int kNTiles>
+FJ_DEVICE void stage_tile32(float* smem, const float (&acc)[kMTiles][kNTiles][4], float x, int row0, int col0,
+                            int lane) {
+  const Frag f{lane};
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        float* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + col0 + nt * 8 + 2 * f.t();
+        *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x);
       }
 }
 
@@ -107,11 +123,10 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int end_m = (q_hi + kBlockM - 1) / kBlockM;
 
   // The head dims' padding columns, which the mma steps read but no copy writes; the copies
-  // below never touch them, so once is enough.
+  // never touch them, so once is enough for K and V. Q's and dO's are zeroed every Q block: the
+  // dQ staging of the step before wrote over them.
   zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads>(sK, tid);
   zero_columns<Elem, kBlockN, kHeadDimV, kDV, kStrideV, kThreads>(sV, tid);
-  zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
-  zero_columns<Elem, kBlockM, kHeadDimV, kDV, kStrideV, kThreads>(sdO, tid);
 
   // K and V of this block stay for the whole CTA; keys past the sequence's end become zeros.
   load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
@@ -134,6 +149,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     const int m0 = m_block * kBlockM;
     const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
     const int rows_q = seq.len_q - m0;
+    zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(sQ, tid);
+    zero_columns<Elem, kBlockM, kHeadDimV, kDV, kStrideV, kThreads>(sdO, tid);
     load_q_block<kHeadDimQK, kStrideQK>(
         sQ, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head), f.q_stride[1],
         f.q_stride[3], rows_q, tid);
@@ -196,28 +213,49 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     __syncthreads();
 
     // ---- query phase: dQ_part = dS K for this warp's rows, added to the accumulator.
-    float ds[kQTiles][kNTilesN][4];
+    // dQ_part (times the scale) goes to the accumulator staged through the Q and dO tiles (no warp
+    // reads them past the dS barrier above; their head-dim padding is zeroed again next step) so
+    // that each atomic instruction of a warp covers 32 consecutive floats of one row: one L2
+    // request where the C layout's scattered pairs took eight (ncu, D = 128: those held L2 82%
+    // busy and the kernel at half FlashAttention-2's speed). The product runs in column parts,
+    // each staged before the next, and reads dS from shared memory one k16 step at a time: a part
+    // of dQ and 16 keys of dS are live at once, not all of both (D = 128 spilled otherwise).
+    float* sDq = reinterpret_cast<float*>(smem_raw + kLayout.q);  // over sQ and sdO, both read by now
 #pragma unroll
-    for (int qt = 0; qt < kQTiles; ++qt)
+    for (int part = 0; part < kDqParts; ++part) {
+      float dq[kQTiles][kNTilesQK / kDqParts][4];
+      zero_tile(dq);
 #pragma unroll
-      for (int nt = 0; nt < kNTilesN; ++nt)
+      for (int kk = 0; kk < kNTilesN / 2; ++kk) {
+        // dS for keys kk*16 .. +15 as an m16k16 A operand: a float2 a lane and row, so a warp's
+        // load is two conflict-free wavefronts.
+        float ds[kQTiles][2][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          ds[qt][nt][i] = sDs[(q_row0 + qt * 16 + fr.g() + (i / 2) * 8) * kStrideDs + nt * 8 + 2 * fr.t() + (i & 1)];
-    float dq[kQTiles][kNTilesQK][4];
-    zero_tile(dq);
-    GemmDQ::gemm_pv16(dq, ds, sK, lane);
+        for (int qt = 0; qt < kQTiles; ++qt)
 #pragma unroll
-    for (int qt = 0; qt < kQTiles; ++qt)
+          for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < kNTilesQK; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = q_row0 + qt * 16 + fr.g() + (i / 2) * 8;
-          const int c = nt * 8 + 2 * fr.t() + (i & 1);
-          if (r < rows_q && c < kHeadDimQK) atomicAdd(p.dq_accum + (ws_head + m0 + r) * kDQK + c, dq[qt][nt][i] * p.scale);
-        }
-    __syncthreads();  // the next Q block overwrites sQ, sdO, sDs, sLse and sD
+            for (int h = 0; h < 2; ++h) {
+              const float2 pair = *reinterpret_cast<const float2*>(
+                  sDs + (q_row0 + qt * 16 + fr.g() + h * 8) * kStrideDs + (2 * kk + nt) * 8 + 2 * fr.t());
+              ds[qt][nt][2 * h] = pair.x;
+              ds[qt][nt][2 * h + 1] = pair.y;
+            }
+        GemmDQ::gemm_pv16(dq, ds, sK + kk * 16 * kStrideQK + part * (kDQK / kDqParts), lane);
+      }
+      stage_tile32<kStrideDq>(sDq, dq, p.scale, q_row0, part * (kDQK / kDqParts), lane);
+    }
+    __syncwarp();
+    {
+      const int rows = min(kQRowsPerWarp, rows_q - q_row0);
+      float* dst = p.dq_accum + (ws_head + m0 + q_row0) * kDQK + lane;
+      const float* src = sDq + q_row0 * kStrideDq + lane;
+#pragma unroll 1
+      for (int r = 0; r < rows; ++r, dst += kDQK, src += kStrideDq)
+#pragma unroll 1
+        for (int c = 0; c < kHeadDimQK - lane; c += 32) atomicAdd(dst + c, src[c]);
+    }
+    __syncthreads();  // the next Q block overwrites sQ, sdO (sDq), sDs, sLse and sD
     if (++m_block == end_m) m_block = first_m, ++head;
   }
 

@@ -38,10 +38,16 @@ constexpr int kDV = kLayout.dv;
 constexpr int kStrideQK = kLayout.stride_qk;
 constexpr int kStrideV = kLayout.stride_v;
 constexpr int kStrideDs = kLayout.stride_ds;
+// The fp32 dQ staging tile over the Q and dO tiles: rows padded by 4 floats, so the C layout's
+// float2 stores of 8 rows start in different banks.
+constexpr int kStrideDq = kDQK + 4;
+static_assert(kBlockM * kStrideDq * 4 <= kLayout.ds - kLayout.q, "the dQ staging tile must fit in the Q and dO tiles");
 
 constexpr int kNTilesM = kBlockM / 8;    // n8 tiles across the Q block (columns of S^T)
 constexpr int kNTilesN = kBlockN / 8;    // n8 tiles across the keys (columns of dS in dQ = dS.K)
 constexpr int kNTilesQK = kDQK / 8;      // n8 tiles of dK and dQ
 constexpr int kNTilesV = kDV / 8;        // n8 tiles of dV
+// dQ = dS K in this many column parts (each a whole number of ldmatrix.x4 pairs of n8 tiles).
+constexpr int kDqParts = kNTilesQK % 4 == 0 && kNTilesQK >= 8 ? 2 : 1;
 
 }  // namespace fj::bwd
