@@ -115,7 +115,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int left = f.window_left, right = window_right_of(f);
   const float score_scale = kScoresInLog2 ? 1.f : f.scale_log2;
   const int key_row0 = warp * kKeyRowsPerWarp;  // this warp's keys in the key phase, within the block
-  const int q_row0 = warp * kQRowsPerWarp;      // this warp's rows in the query phase, within a Q block
+  const int q_row0 = warp % kQRowWarps * kQRowsPerWarp;  // this warp's rows in the query phase, within a Q block
+  const int q_col0 = warp / kQRowWarps * kQColsPerWarp;  // and its first column of dQ
 
   int q_lo, q_hi;
   query_range(seq, n0, left, right, q_lo, q_hi);
@@ -223,7 +224,9 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     float* sDq = reinterpret_cast<float*>(smem_raw + kLayout.q);  // over sQ and sdO, both read by now
 #pragma unroll
     for (int part = 0; part < kDqParts; ++part) {
-      float dq[kQTiles][kNTilesQK / kDqParts][4];
+      constexpr int kPartCols = kQColsPerWarp / kDqParts;
+      const int col0 = q_col0 + part * kPartCols;
+      float dq[kQTiles][kNTilesQKWarp / kDqParts][4];
       zero_tile(dq);
 #pragma unroll
       for (int kk = 0; kk < kNTilesN / 2; ++kk) {
@@ -241,19 +244,20 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
               ds[qt][nt][2 * h] = pair.x;
               ds[qt][nt][2 * h + 1] = pair.y;
             }
-        GemmDQ::gemm_pv16(dq, ds, sK + kk * 16 * kStrideQK + part * (kDQK / kDqParts), lane);
+        GemmDQ::gemm_pv16(dq, ds, sK + kk * 16 * kStrideQK + col0, lane);
       }
-      stage_tile32<kStrideDq>(sDq, dq, p.scale, q_row0, part * (kDQK / kDqParts), lane);
+      stage_tile32<kStrideDq>(sDq, dq, p.scale, q_row0, col0, lane);
     }
     __syncwarp();
     {
       const int rows = min(kQRowsPerWarp, rows_q - q_row0);
-      float* dst = p.dq_accum + (ws_head + m0 + q_row0) * kDQK + lane;
-      const float* src = sDq + q_row0 * kStrideDq + lane;
+      const int cols = min(kQColsPerWarp, kHeadDimQK - q_col0) - lane;  // this lane's columns: 0, 32, .. below
+      float* dst = p.dq_accum + (ws_head + m0 + q_row0) * kDQK + q_col0 + lane;
+      const float* src = sDq + q_row0 * kStrideDq + q_col0 + lane;
 #pragma unroll 1
       for (int r = 0; r < rows; ++r, dst += kDQK, src += kStrideDq)
 #pragma unroll 1
-        for (int c = 0; c < kHeadDimQK - lane; c += 32) atomicAdd(dst + c, src[c]);
+        for (int c = 0; c < cols; c += 32) atomicAdd(dst + c, src[c]);
     }
     __syncthreads();  // the next Q block overwrites sQ, sdO (sDq), sDs, sLse and sD
     if (++m_block == end_m) m_block = first_m, ++head;

@@ -27,10 +27,16 @@ constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile
 constexpr int kKeyRowsPerWarp = kBlockN / kWarps;
 constexpr int kKeyTiles = kKeyRowsPerWarp / kMmaRows;
 static_assert(kKeyRowsPerWarp % kMmaRows == 0, "BLOCK_N must give every warp a multiple of 16 keys");
-// Query phase (dQ = dS.K): each warp owns kQRowsPerWarp of the Q block's rows against all keys.
-constexpr int kQRowsPerWarp = kBlockM / kWarps;
+// Query phase (dQ = dS.K): the warps form kQRowWarps x kQColWarps; each owns kQRowsPerWarp of
+// the Q block's rows and kQColsPerWarp of dQ's (padded) columns against all keys. More warps
+// than 16-row tiles split the columns, so a short Q block still has work for every warp
+// (BLOCK_M 64 on 8 warps: 4 x 2).
+constexpr int kQRowWarps = kBlockM / kMmaRows < kWarps ? kBlockM / kMmaRows : kWarps;
+constexpr int kQColWarps = kWarps / kQRowWarps;
+constexpr int kQRowsPerWarp = kBlockM / kQRowWarps;
 constexpr int kQTiles = kQRowsPerWarp / kMmaRows;
 static_assert(kQRowsPerWarp % kMmaRows == 0, "BLOCK_M must give every warp a multiple of 16 query rows");
+static_assert(kWarps % kQRowWarps == 0, "the warps must split into whole column groups");
 
 constexpr fj_layout::BwdLayout kLayout = fj_layout::bwd_layout(kHeadDimQK, kHeadDimV, kBlockM, kBlockN);
 constexpr int kDQK = kLayout.dqk;
@@ -47,7 +53,11 @@ constexpr int kNTilesM = kBlockM / 8;    // n8 tiles across the Q block (columns
 constexpr int kNTilesN = kBlockN / 8;    // n8 tiles across the keys (columns of dS in dQ = dS.K)
 constexpr int kNTilesQK = kDQK / 8;      // n8 tiles of dK and dQ
 constexpr int kNTilesV = kDV / 8;        // n8 tiles of dV
-// dQ = dS K in this many column parts (each a whole number of ldmatrix.x4 pairs of n8 tiles).
-constexpr int kDqParts = kNTilesQK % 4 == 0 && kNTilesQK >= 8 ? 2 : 1;
+// A warp's dQ columns in the query phase, in n8 tiles: a whole number of ldmatrix.x4 pairs.
+constexpr int kNTilesQKWarp = kNTilesQK / kQColWarps;
+static_assert(kNTilesQK % (2 * kQColWarps) == 0, "each column group of warps takes pairs of n8 tiles of dQ");
+constexpr int kQColsPerWarp = kNTilesQKWarp * 8;
+// dQ = dS K in this many column parts of the warp's columns (each a whole number of pairs).
+constexpr int kDqParts = kNTilesQKWarp % 4 == 0 && kNTilesQKWarp >= 8 ? 2 : 1;
 
 }  // namespace fj::bwd

@@ -20,6 +20,6 @@ using GemmS = sm80::WarpGemm<Elem, kDtype, kTf32, kKeyTiles, kNTilesM, kNTilesV,
 using GemmDP = sm80::WarpGemm<Elem, kDtype, kTf32, kKeyTiles, kNTilesM, kNTilesQK, kDV, kStrideV, kStrideQK>;
 // dQ one k16 step of keys and one of kDqParts column parts at a time (bwd_sm80/backward.cu says
 // why): A is 16 keys of dS, B those keys' rows of K, the part's columns.
-using GemmDQ = sm80::WarpGemm<Elem, kDtype, kTf32, kQTiles, 2, kNTilesQK / kDqParts, kDQK, kStrideQK, kStrideQK>;
+using GemmDQ = sm80::WarpGemm<Elem, kDtype, kTf32, kQTiles, 2, kNTilesQKWarp / kDqParts, kDQK, kStrideQK, kStrideQK>;
 
 }  // namespace fj::bwd

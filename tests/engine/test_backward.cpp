@@ -71,7 +71,7 @@ TEST_CASE("backward: a valid call validates; its semantics are the forward's, LS
   CHECK(p->semantics.vec == 8);
   CHECK(!p->empty);
   auto plan = plan_of(b);
-  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n64w4");
+  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8");  // the wide default on sm_80
 }
 
 TEST_CASE("backward: each argument rule is named in its error") {
@@ -219,7 +219,16 @@ TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
   const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
   CHECK(bwd().check_tiling(s, tiling(64, 64, 4)).ok());
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 8)).error().message(), "BLOCK_N must be a multiple of 16 x warps"));
-  CHECK(mentions(bwd().check_tiling(s, tiling(48, 64, 4)).error().message(), "BLOCK_M must be a multiple of 16 x warps"));
+  CHECK(mentions(bwd().check_tiling(s, tiling(40, 64, 4)).error().message(), "BLOCK_M must be a multiple of 16"));
+  CHECK(mentions(bwd().check_tiling(s, tiling(48, 64, 4)).error().message(), "BLOCK_M / 16 and warps must divide"));
+  // More warps than 16-row tiles split dQ's columns: 2 groups of 8 n8 tiles at D = 128 ...
+  CHECK(bwd().check_tiling(s, tiling(64, 128, 8)).ok());
+  CHECK(bwd().check_tiling(s, tiling(32, 128, 8)).ok());
+  // ... but not D = 80's 10 tiles into 4 groups of pairs.
+  const Semantics s80 = validate_backward(make(DType::f16, 80)).value().semantics;
+  CHECK(mentions(bwd().check_tiling(s80, tiling(32, 128, 8)).error().message(), "do not split head dim 80"));
+  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8");
+  CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4");  // 99 KB
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 0)).error().message(), "warps"));
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 256, 4)).error().message(), "at most 128"));
   for (const char* arch : {"sm_80", "sm_86", "sm_90a"}) {

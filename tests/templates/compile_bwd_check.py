@@ -128,7 +128,8 @@ def resources(log):
 
 
 # engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128}, 4 or 8
-# warps, each warp a multiple of 16 keys and rows, and at most kMaxAccumulators fp32 key-phase
+# warps, each warp a multiple of 16 keys, the query phase's warps over 16-row tiles (and dQ's
+# columns when there are more warps than tiles), and at most kMaxAccumulators fp32 key-phase
 # accumulators a thread (S^T, dP^T, dK, dV).
 MAX_ACCUMULATORS = 192
 MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap or ALiBi
@@ -144,7 +145,14 @@ def candidate_tilings(d, feats):
     for bm in (64, 128):
         for bn in (64, 128):
             for w in (4, 8):
-                if bm % (16 * w) or bn % (16 * w):
+                if bn % (16 * w) or bm % 16:
+                    continue
+                # Query phase: warps split the Q block's 16-row tiles, or those and dQ's columns
+                # into groups of whole pairs of n8 tiles.
+                row_warps = min(w, bm // 16)
+                if (bm % (16 * w) if bm // 16 >= w else w % row_warps):
+                    continue
+                if ((d + 15) // 16 * 16 // 8) % (2 * (w // row_warps)):
                     continue
                 key_tiles = bn // w // 16
                 edits = any(feats.get(k) for k in ("window", "softcap", "alibi"))
@@ -154,6 +162,13 @@ def candidate_tilings(d, feats):
                 if key_tiles * 4 * (2 * d_pad // 8 + 2 * bm // 8) <= MAX_ACCUMULATORS:
                     out.append((bm, bn, w))
     return out
+
+
+def default_tiling(d, feats):
+    """bwd_sm80.cpp's default_tiling on sm_80 and newer (shared memory aside: both archs here fit)."""
+    if (d + 15) // 16 * 16 == SPILLING_HEAD_DIM:
+        return (32, 32, 2)
+    return (64, 128, 8) if (64, 128, 8) in candidate_tilings(d, feats) else (64, 64, 4)
 
 
 # Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
@@ -180,7 +195,7 @@ def variants(quick):
                 for tag, feats in FEATURES.items():
                     if tag and quick:
                         continue
-                    yield one(dtype, d, mask, feats, "_" + tag if tag else "", (64, 64, 4))
+                    yield one(dtype, d, mask, feats, "_" + tag if tag else "", default_tiling(d, feats))
             if not quick:  # registers grow with the features: all of them bound each alone
                 for d in HEAD_DIMS:
                     for t in candidate_tilings(d, ALL):

@@ -41,8 +41,13 @@ constexpr int kMaxHeadDim = 128;
 constexpr int kMaxScoreRegistersWithEdits = 64;
 // The least shared memory: one warp's 16 keys and 16 rows.
 const Tiling kSmallest(kKnobs, {kMmaRows, kMmaRows, 1});
-// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows).
+// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows), where the
+// wide tiling does not fit or split.
 const Tiling kDefault(kKnobs, {64, 64, 4});
+// 128 keys on 8 warps against Q blocks of 64 rows (FlashAttention-2's shape at D = 128): each
+// warp's key-phase registers are the first cut's, while each Q and dO block loaded, each LSE
+// read and each dQ atomic serve twice the keys. The query phase splits dQ's columns in two.
+const Tiling kWide(kKnobs, {64, 128, 8});
 // The padded head dim (D 97-112) at which ptxas spills the main kernel at 64x64 on 4 warps (12-24
 // bytes with no feature, sm_80, compile_bwd_check.py) though D = 128 does not: it gets 32x32 on 2
 // warps, which fits with every feature on (250 registers), and no other candidate.
@@ -108,21 +113,34 @@ class BwdSm80 final : public KernelFamilyBase {
     return smem_refusal(*this, arch, s);
   }
 
-  Status check_tiling(const Semantics&, const Tiling& t) const override {
+  Status check_tiling(const Semantics& s, const Tiling& t) const override {
     FJ_TRY(check_table(t));
     if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return broken(t, "warps must be in [1, 8]");
     if (t[kBlockN] < kMmaRows || t[kBlockN] > kMaxBlock || t[kBlockN] % (kMmaRows * t[kWarps]))
       return broken(t, "BLOCK_N must be a multiple of 16 x warps, at most 128 (each warp takes 16-key tiles)");
-    if (t[kBlockM] < kMmaRows || t[kBlockM] > kMaxBlock || t[kBlockM] % (kMmaRows * t[kWarps]))
-      return broken(t, "BLOCK_M must be a multiple of 16 x warps, at most 128 (each warp takes 16-row tiles of dQ)");
+    if (t[kBlockM] < kMmaRows || t[kBlockM] > kMaxBlock || t[kBlockM] % kMmaRows)
+      return broken(t, "BLOCK_M must be a multiple of 16, at most 128 (warps take 16-row tiles of dQ)");
+    // The query phase's warps: one per 16-row tile group, or, with more warps than 16-row tiles,
+    // column groups of dQ, each a whole number of pairs of n8 tiles (templates/bwd_sm80/config.cuh).
+    const int row_warps = std::min(t[kWarps], t[kBlockM] / kMmaRows);
+    if (t[kBlockM] / kMmaRows >= t[kWarps] ? t[kBlockM] % (kMmaRows * t[kWarps]) != 0 : t[kWarps] % row_warps != 0)
+      return broken(t, "BLOCK_M / 16 and warps must divide one another (warps split the Q block's 16-row tiles, or its "
+                       "tiles and dQ's columns)");
+    const int col_warps = t[kWarps] / row_warps;
+    const int dqk_tiles = fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign) / 8;
+    if (dqk_tiles % (2 * col_warps) != 0)
+      return broken(t, std::to_string(col_warps) + " column groups of warps do not split head dim " +
+                           std::to_string(s.head_dim_qk) + "'s dQ into pairs of 8-column tiles");
     return {};
   }
 
   int min_smem_bytes(const Semantics& s) const override { return smem_bytes(s, kSmallest); }
 
-  // The default fits every arch from sm_80 (D = 128: 87.5 KB, under sm_86's 99 KB).
+  // The wide tiling where it splits the head dim and fits (D = 128: 135.5 KB: sm_80, sm_90;
+  // not sm_86's 99 KB), else the first cut's (87.5 KB at D = 128), else the smallest.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     if (spills_at_default(s)) return kNarrow;
+    if (fits(arch, s, kWide)) return kWide;
     return smem_bytes(s, kDefault) <= arch_smem_limit(arch) ? kDefault : kSmallest;
   }
 
@@ -133,16 +151,22 @@ class BwdSm80 final : public KernelFamilyBase {
       for (int bn : {64, 128})
         for (int w : {4, 8}) {
           const Tiling t(kKnobs, {bm, bn, w});
-          const bool score_edits = s.window || s.softcap || s.alibi;
-          if (check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
-              accumulators(s, t) <= kMaxAccumulators &&
-              !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits))
-            out.push_back(t);
+          if (fits(arch, s, t)) out.push_back(t);
         }
     return out;
   }
 
   TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
+
+ private:
+  // A tiling that is valid for `s`, fits the arch's shared memory and the register rules.
+  bool fits(const Arch& arch, const Semantics& s, const Tiling& t) const {
+    const bool score_edits = s.window || s.softcap || s.alibi;
+    return check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
+           accumulators(s, t) <= kMaxAccumulators && !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits);
+  }
+
+ public:
 
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
     return {{"flashjit_bwd_preprocess", 0}, {"flashjit_bwd_main", smem_bytes(v.semantics, v.tiling)}, {"flashjit_bwd_convert", 0}};
