@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23's package test on the device: `pip wheel .` (scikit-build-core driving CMake, the torch
-# op built against the device's PyTorch), installed into a fresh venv beside the system's PyTorch,
+# op built against the device's PyTorch), installed into the device's PyTorch environment (a venv),
 # then used with the CUDA toolkit hidden (/usr/local/cuda moved away for the run, no CUDA_HOME):
 # NVRTC must come from the nvidia-cuda-nvrtc wheel a CUDA PyTorch installs. Runs, from a folder
 # outside the checkout so the installed package is the one imported: which NVRTC and library
@@ -12,16 +12,30 @@ mkdir -p "$OUT"
 root=$PWD
 start=$SECONDS
 # nlohmann/json's headers and CMake package, carried where the device has none (.carry/nlohmann).
+# xxhash.h (header-only use) likewise, from .carry/deps/include.
 json_dir=()
 if [[ ! -d /usr/include/nlohmann && -d .carry/nlohmann ]]; then
   json_dir=(-Ccmake.define.nlohmann_json_DIR="$root/.carry/nlohmann/share/cmake/nlohmann_json")
 fi
-python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . \
+if [[ ! -e /usr/include/xxhash.h && -e .carry/deps/include/xxhash.h ]]; then
+  json_dir+=(-Ccmake.define.XXHASH_INCLUDE_DIR="$root/.carry/deps/include")
+fi
+# The compiler: WHEEL_CXX, else the system's g++ (the image's default /opt/gcc g++ built a library
+# that crashed in its first std::ostream insertion beside PyTorch: a libstdc++ mismatch).
+cxx=${WHEEL_CXX:-$(command -v /usr/bin/g++ || command -v g++)}
+cc=${cxx%++}cc; [[ -x $cc ]] || cc=${cxx%g++}gcc
+echo "compiler: $cxx: $("$cxx" --version | head -1) (image default: $(g++ --version | head -1))"
+echo "libstdc++ in a PyTorch process: $(python3 -c 'import torch; print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libstdc++" in l}))')"
+rm -rf build-python /tmp/wheel  # a CMake cache of another compiler would be refused
+CC=$cc CXX=$cxx python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . \
   -Ccmake.define.FLASHJIT_TORCH_PYTHON="$(command -v python3)" -Ccmake.define.FLASHJIT_BUILD_TORCH_OP=ON \
   -Ccmake.build-type=Release "${json_dir[@]}" > "$OUT/wheel_build.log" 2>&1
 echo "wheel build rc=$? ($((SECONDS - start)) s): $(ls /tmp/wheel)"
-python3 -m venv --system-site-packages /tmp/fj-venv && /tmp/fj-venv/bin/pip install -q --no-deps --no-index /tmp/wheel/flashjit-*.whl
-echo "install rc=$?"
+# Into the environment that holds PyTorch (the device's python3 is itself a venv, whose packages a
+# --system-site-packages venv would not see).
+py=$(command -v python3)
+"$py" -m pip install -q --no-deps --no-index /tmp/wheel/flashjit-*.whl
+echo "install rc=$? into $("$py" -c 'import sys; print(sys.prefix)')"
 toolkit=/usr/local/cuda
 hidden=
 if [[ -e $toolkit ]]; then mv "$toolkit" "$toolkit.hidden" && hidden=1; fi
@@ -29,7 +43,7 @@ restore() { [[ -n $hidden ]] && mv "$toolkit.hidden" "$toolkit"; hidden=; }
 trap restore EXIT
 cd "$(mktemp -d)"
 clean_env=(env -u CUDA_HOME -u CUDA_PATH -u FLASHJIT_LIB -u PYTHONPATH -u FLASHJIT_NVRTC_PATH
-           PATH=/tmp/fj-venv/bin:/usr/bin:/bin FLASHJIT_CACHE_DIR=/tmp/fj-wheel-cache FLASHJIT_REQUIRE_TORCH_OP=1)
+           PATH="$(dirname "$py"):/usr/bin:/bin" FLASHJIT_CACHE_DIR=/tmp/fj-wheel-cache FLASHJIT_REQUIRE_TORCH_OP=1)
 "${clean_env[@]}" python - > "$OUT/wheel_use.log" 2>&1 <<'PY'
 import os, torch, flashjit
 from flashjit import ops
