@@ -20,9 +20,9 @@ fi
 if [[ ! -e /usr/include/xxhash.h && -e .carry/deps/include/xxhash.h ]]; then
   json_dir+=(-Ccmake.define.XXHASH_INCLUDE_DIR="$root/.carry/deps/include")
 fi
-# The compiler: WHEEL_CXX, else the system's g++ (the image's default /opt/gcc g++ built a library
-# that crashed in its first std::ostream insertion beside PyTorch: a libstdc++ mismatch).
-cxx=${WHEEL_CXX:-$(command -v /usr/bin/g++ || command -v g++)}
+# The compiler: WHEEL_CXX, else the image's default ($CXX: /opt/gcc's, which links libstdc++
+# statically; CMakeLists.txt keeps those symbols private).
+cxx=${WHEEL_CXX:-${CXX:-$(command -v g++)}}
 cc=${cxx%++}cc; [[ -x $cc ]] || cc=${cxx%g++}gcc
 echo "compiler: $cxx: $("$cxx" --version | head -1) (image default: $(g++ --version | head -1))"
 echo "libstdc++ in a PyTorch process: $(python3 -c 'import torch; print(sorted({l.split()[-1] for l in open("/proc/self/maps") if "libstdc++" in l}))')"

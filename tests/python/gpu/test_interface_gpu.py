@@ -172,9 +172,10 @@ def test_unsupported_backward_raises_a_clear_error():
     # Gradients flow for the backward's subset (tests/python/gpu/test_autograd_gpu.py); beyond it
     # the backward raises the engine's message naming the argument.
     q = randn(1, 64, 2, 64).requires_grad_()
-    with pytest.warns(UserWarning, match="window"):
-        out = flash_attn_func(q, q.detach(), q.detach(), window_size=(8, 8))
-    with pytest.raises(flashjit.FlashjitError, match="window: the backward does not take sliding windows"):
+    sinks = torch.zeros(2, device="cuda", dtype=torch.float32)
+    with pytest.warns(UserWarning, match="sinks"):
+        out = flash_attn_func(q, q.detach(), q.detach(), window_size=(8, 8), sinks=sinks)
+    with pytest.raises(flashjit.FlashjitError, match="sinks"):
         out.sum().backward()
 
 
