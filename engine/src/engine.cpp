@@ -225,7 +225,7 @@ class Engine::Impl {
   Result<UsableDevice> usable_device(const CallContext& call, const AttentionProblem& problem) const {
     const int margin = problem.args->sm_margin > 0 ? problem.args->sm_margin : sm_margin_.load(std::memory_order_relaxed);
     UsableDevice d{&call.info, std::nullopt};
-    if (margin == 0 && problem.args->sm_margin == 0) return d;
+    if (margin == 0) return d;
     auto reduced = with_sm_margin(call.info, margin);
     if (!reduced.ok()) return std::move(reduced).error();
     d.reduced = std::move(reduced).value();

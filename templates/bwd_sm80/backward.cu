@@ -33,10 +33,12 @@
 
 namespace fj::bwd {
 
-// Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns 2t (+1) of every
-// n8 tile) into a 16-bit shared tile of row stride kStride, as pairs.
-template <int kStride, int kMTiles, int kNTiles>
-FJ_DEVICE void stage_tile16(Elem* smem, const float (&acc)[kMTiles][kNTiles][4], int row0, int lane) {
+// Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns col0 + 2t (+1) of
+// every n8 tile) times x into a shared tile of row stride kStride, as pairs: 16-bit (Elem) or
+// fp32 (float2).
+template <int kStride, typename T, int kMTiles, int kNTiles>
+FJ_DEVICE void stage_tile(T* smem, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
+                          float x = 1.f) {
   const Frag f{lane};
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -44,25 +46,12 @@ FJ_DEVICE void stage_tile16(Elem* smem, const float (&acc)[kMTiles][kNTiles][4],
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        Elem* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + nt * 8 + 2 * f.t();
-        *reinterpret_cast<unsigned*>(dst) = GemmS::pack16(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-      }
-}
-
-// Writes a register tile (m16n8 C layout, as stage_tile16) times x into an fp32 shared tile of row
-// stride kStride, as float2 pairs.
-template <int kStride, int kMTiles, int kNTiles>
-FJ_DEVICE void stage_tile32(float* smem, const float (&acc)[kMTiles][kNTiles][4], float x, int row0, int col0,
-                            int lane) {
-  const Frag f{lane};
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        float* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + col0 + nt * 8 + 2 * f.t();
-        *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x);
+        T* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + col0 + nt * 8 + 2 * f.t();
+        const float a = acc[mt][nt][2 * h] * x, b = acc[mt][nt][2 * h + 1] * x;
+        if constexpr (sizeof(T) == sizeof(float))
+          *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+        else
+          *reinterpret_cast<unsigned*>(dst) = GemmS::pack16(a, b);
       }
 }
 
@@ -246,7 +235,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
             }
         GemmDQ::gemm_pv16(dq, ds, sK + kk * 16 * kStrideQK + col0, lane);
       }
-      stage_tile32<kStrideDq>(sDq, dq, p.scale, q_row0, col0, lane);
+      stage_tile<kStrideDq>(sDq, dq, q_row0, col0, lane, p.scale);
     }
     __syncwarp();
     {
@@ -268,8 +257,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   cp_async_wait<0>();  // with no Q block, the K/V copies may still be in flight
   __syncthreads();
   scale_tile(dk, p.scale);
-  stage_tile16<kStrideQK>(sK, dk, key_row0, lane);
-  stage_tile16<kStrideV>(sV, dv, key_row0, lane);
+  stage_tile<kStrideQK>(sK, dk, key_row0, 0, lane);
+  stage_tile<kStrideV>(sV, dv, key_row0, 0, lane);
   __syncthreads();
   const int rows_k = min(kBlockN, seq.len_k - n0);
   store_tile<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
