@@ -13,9 +13,13 @@ Each row is the median over --rounds rounds of --calls back-to-back calls, timed
 adds the final synchronize, so total well above host means the GPU, not the host, set the pace.
 The op and flash_attn_func run twice: with the C++ kernel in this process, and with the Python
 kernel in a child process (FLASHJIT_TORCH_OP=0). "flash_attn_func, q requires grad" is the
-autograd.Function route a training-mode forward takes. Writes JSON to --json."""
+autograd.Function route a training-mode forward takes. With --stub-engine (bench/stub_engine.c
+built as a shared library) the C++ kernel is then bound to entry points that do nothing, and the
+op is timed again: the dispatcher's and the kernel's own share, without the engine and the launch.
+Writes JSON to --json."""
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import subprocess
@@ -75,7 +79,11 @@ def measure(rows, a):
         for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
             cases.append((name, lambda: F.scaled_dot_product_attention(qt, kt, vt),
                           lambda backend=backend: sdpa_kernel(backend), MODES))  # entered once per mode
+    if a.stub_engine and kernel == "cpp":
+        cases.append(("op (cpp kernel, engine stubbed)", lambda: op(*op_args), none, MODES))
     for name, fn, outer, modes in cases:
+        if "stubbed" in name:
+            _bind(ctypes.CDLL(a.stub_engine), "stub_forward_v2", "stub_workspace_size_v2", "stub_last_error")
         rows[name] = {}
         for mode in modes:
             try:
@@ -86,6 +94,17 @@ def measure(rows, a):
                 print("%-46s %-15s failed: %s" % (name, mode, rows[name][mode]["error"]), flush=True)
                 continue
             print("%-46s %-15s %8.2f us host  %8.2f us total" % (name, mode, r["host_us"], r["total_us"]), flush=True)
+        if "stubbed" in name:
+            _bind(_library.get(), "flashjit_forward_v2", "flashjit_workspace_size_v2", "flashjit_last_error")
+
+
+def _bind(lib, forward, workspace_size, last_error):
+    """Binds the C++ kernel to these entry points of `lib` (the engine's, or the stand-ins')."""
+    address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    real = _library.get()
+    if ops._TORCH_OP.flashjit_torch_op_bind(real.engine, address(forward), address(workspace_size),
+                                            address(last_error), real.abi, real.flashjit_args_v2_size()) != 0:
+        raise RuntimeError("flashjit_torch_op_bind refused the %s entry points" % forward)
 
 
 def main():
@@ -95,6 +114,8 @@ def main():
     p.add_argument("--json", help="write the results here")
     p.add_argument("--op-only", action="store_true", help="only the op and flash_attn_func (the child's part)")
     p.add_argument("--no-python-kernel", action="store_true", help="skip the child process with the Python kernel")
+    p.add_argument("--stub-engine", help="bench/stub_engine.c built as a shared library: also time the op without "
+                                         "the engine (see above)")
     a = p.parse_args()
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "flashjit": _library.version(),
             "kernel_impl": ops.kernel_impl(), "python_kernel_reason": ops.python_kernel_reason(),

@@ -36,7 +36,7 @@ using Tensor = torch::stable::Tensor;
 using OptTensor = std::optional<Tensor>;
 
 // Bumped when flashjit_torch_op_bind's contract changes; ops.py refuses other values.
-constexpr int32_t kBindVersion = 1;
+constexpr int32_t kBindVersion = 2;  // 2: the schema's kv_starts
 
 // The library the Python package loaded, bound once before the first call (ops.py).
 struct Engine {
@@ -145,7 +145,7 @@ void check_side(const char* name, const OptTensor& side, const Device& q_device,
 // ops._check_inputs. on_cpu: the tests' CPU registration, where CPU tensors stand in for CUDA ones.
 void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
                   const OptTensor& cu_seqlens_k, const OptTensor& kv_lens, const OptTensor& block_table,
-                  const OptTensor& alibi_slopes, const OptTensor& sinks, bool on_cpu) {
+                  const OptTensor& alibi_slopes, const OptTensor& sinks, const OptTensor& kv_starts, bool on_cpu) {
   const bool varlen = cu_seqlens_q.has_value();
   const int64_t want_dim = varlen ? 3 : 4;
   const int32_t runs_on = on_cpu ? aoti_torch_device_type_cpu() : aoti_torch_device_type_cuda();
@@ -184,6 +184,7 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const OptTe
   check_side("cu_seqlens_q", cu_seqlens_q, q_device, i32, {batch + 1});
   check_side("cu_seqlens_k", cu_seqlens_k, q_device, i32, {batch + 1});
   check_side("kv_lens", kv_lens, q_device, i32, {batch});
+  check_side("kv_starts", kv_starts, q_device, i32, {batch});
   check_side("block_table", block_table, q_device, i32, {batch, kAny});
   if (block_table && !kv_lens)
     fail("block_table needs kv_lens (cache_seqlens / seqused_k): the keys each sequence uses");
@@ -245,8 +246,8 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
                                      const OptTensor& kv_lens, const OptTensor& block_table,
                                      const OptTensor& alibi_slopes, const OptTensor& sinks, double softmax_scale,
                                      bool causal, int64_t window_left, int64_t window_right, double softcap,
-                                     bool return_lse, bool check, bool on_cpu) {
-  check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, on_cpu);
+                                     bool return_lse, bool check, const OptTensor& kv_starts, bool on_cpu) {
+  check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts, on_cpu);
   if (!g_engine.engine) fail("flashjit: the C++ kernel has no engine bound (flashjit.ops binds it on import)");
   const bool varlen = cu_seqlens_q.has_value();
   const Device device = device_of(q);
@@ -323,6 +324,7 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
   }
   if (sinks) args.sinks = static_cast<const float*>(sinks->data_ptr());
   if (kv_lens) args.kv_lens = static_cast<const int32_t*>(kv_lens->data_ptr());
+  if (kv_starts) args.kv_starts = static_cast<const int32_t*>(kv_starts->data_ptr());
   if (block_table) {
     paged.block_table = static_cast<const int32_t*>(block_table->data_ptr());
     paged.table_stride = block_table->stride(0);
@@ -362,10 +364,11 @@ std::tuple<Tensor, Tensor> attention_cuda(Tensor q, Tensor k, Tensor v, OptTenso
                                           int64_t max_seqlen_q, int64_t max_seqlen_k, OptTensor kv_lens,
                                           OptTensor block_table, OptTensor alibi_slopes, OptTensor sinks,
                                           double softmax_scale, bool causal, int64_t window_left,
-                                          int64_t window_right, double softcap, bool return_lse, bool check) {
+                                          int64_t window_right, double softcap, bool return_lse, bool check,
+                                          OptTensor kv_starts) {
   return attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check,
-                   false);
+                   kv_starts, false);
 }
 
 // The same kernel on CPU tensors, for tests without a GPU (flashjit_torch_op_register(1, 1)):
@@ -375,10 +378,10 @@ std::tuple<Tensor, Tensor> attention_cpu_testing(Tensor q, Tensor k, Tensor v, O
                                                  OptTensor kv_lens, OptTensor block_table, OptTensor alibi_slopes,
                                                  OptTensor sinks, double softmax_scale, bool causal,
                                                  int64_t window_left, int64_t window_right, double softcap,
-                                                 bool return_lse, bool check) {
+                                                 bool return_lse, bool check, OptTensor kv_starts) {
   return attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check,
-                   true);
+                   kv_starts, true);
 }
 
 // The registrations flashjit_torch_op_register made: [0] CUDA, [1] the tests' CPU.

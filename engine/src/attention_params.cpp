@@ -31,6 +31,7 @@ void fill_attention_params(const AttentionProblem& pr, FjAttentionParams& p) {
   }
   p.sinks = a.sinks;
   p.kv_lens = a.kv_lens;
+  p.kv_starts = a.kv_starts;
   if (a.paged) {
     p.block_table = a.paged->block_table;
     p.table_stride = a.paged->table_stride;

@@ -147,6 +147,7 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
   if (a.alibi) out.alibi = Alibi{a.alibi->slopes, a.alibi->batch_stride};
   out.sinks = a.sinks;
   out.kv_lens = a.kv_lens;
+  out.kv_starts = a.kv_starts;
   if (a.paged) out.paged = PagedKv{a.paged->block_table, a.paged->table_stride, a.paged->max_pages};
   if (a.flags & ~FLASHJIT_CHECK_METADATA)
     return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));

@@ -46,7 +46,7 @@ Status check_prefix_sums(const char* name, const std::vector<std::int32_t>& cu, 
 
 Status check_device_metadata(const DriverLibrary& drv, const AttentionProblem& problem, CUstream stream) {
   const AttentionArgs& a = *problem.args;
-  if (!a.varlen && !a.kv_lens && !a.paged) return {};
+  if (!a.varlen && !a.kv_lens && !a.kv_starts && !a.paged) return {};
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   FJ_CU(drv, cuStreamIsCapturing(stream, &capture));
   if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
@@ -68,22 +68,44 @@ Status check_device_metadata(const DriverLibrary& drv, const AttentionProblem& p
                                "varlen.max_seqlen_k"));
     }
   }
-  if (!a.kv_lens) return {};
-  auto lens = read_rows(drv, a.kv_lens, 1, batch, 0, stream);
-  if (!lens.ok()) return std::move(lens).error();
+  if (!a.kv_lens && !a.kv_starts) return {};
   const std::int64_t page_size = a.paged ? a.k.shape[1] : 0;
+  // Sequence b's keys end at kv_lens[b], else at its capacity: what the cache (or its varlen rows)
+  // holds; `rule` says where that capacity comes from.
+  std::vector<std::int32_t> ends(std::size_t(batch), 0);
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = (*lens)[std::size_t(b)];
-    std::int64_t capacity = a.paged ? a.paged->max_pages * page_size : a.k.shape[1];
-    std::string rule = a.paged ? "paged.max_pages * k.shape[1] (the page size)" : "k.shape[1]";
-    if (!cu_k.empty()) {
-      capacity = std::int64_t(cu_k[std::size_t(b) + 1]) - cu_k[std::size_t(b)];
-      rule = "sequence " + std::to_string(b) + "'s keys by varlen.cu_seqlens_k";
+    const std::int64_t capacity = a.paged ? a.paged->max_pages * page_size
+                                  : cu_k.empty() ? a.k.shape[1]
+                                                 : std::int64_t(cu_k[std::size_t(b) + 1]) - cu_k[std::size_t(b)];
+    ends[std::size_t(b)] = std::int32_t(capacity);
+  }
+  if (a.kv_lens) {
+    auto lens = read_rows(drv, a.kv_lens, 1, batch, 0, stream);
+    if (!lens.ok()) return std::move(lens).error();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t len = (*lens)[std::size_t(b)], capacity = ends[std::size_t(b)];
+      const std::string rule = a.paged        ? "paged.max_pages * k.shape[1] (the page size)"
+                               : cu_k.empty() ? "k.shape[1]"
+                                              : "sequence " + std::to_string(b) + "'s keys by varlen.cu_seqlens_k";
+      if (len < 0) return bad(at("kv_lens", b) + " = " + std::to_string(len) + " must be >= 0");
+      if (len > capacity)
+        return bad(at("kv_lens", b) + " = " + std::to_string(len) + " exceeds the cache's capacity: " + rule + " = " +
+                   std::to_string(capacity));
+      ends[std::size_t(b)] = std::int32_t(len);
     }
-    if (len < 0) return bad(at("kv_lens", b) + " = " + std::to_string(len) + " must be >= 0");
-    if (len > capacity)
-      return bad(at("kv_lens", b) + " = " + std::to_string(len) + " exceeds the cache's capacity: " + rule + " = " +
-                 std::to_string(capacity));
+  }
+  std::vector<std::int32_t> starts(std::size_t(batch), 0);
+  if (a.kv_starts) {
+    auto read = read_rows(drv, a.kv_starts, 1, batch, 0, stream);
+    if (!read.ok()) return std::move(read).error();
+    starts = std::move(read).value();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t first = starts[std::size_t(b)], end = ends[std::size_t(b)];
+      if (first < 0 || first > end)
+        return bad(at("kv_starts", b) + " = " + std::to_string(first) + " must be in [0, " +
+                   (a.kv_lens ? at("kv_lens", b) : std::string("the sequence's capacity")) + " = " +
+                   std::to_string(end) + "]: a sequence's keys start before they end");
+    }
   }
   if (!a.paged) return {};
   // The table entries each sequence's used keys read must name pages of the pools.
@@ -91,13 +113,13 @@ Status check_device_metadata(const DriverLibrary& drv, const AttentionProblem& p
   if (!table.ok()) return std::move(table).error();
   const std::int64_t pages = a.k.shape[0];
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t used = ((*lens)[std::size_t(b)] + page_size - 1) / page_size;
-    for (std::int64_t i = 0; i < used; ++i) {
+    const std::int64_t end = ends[std::size_t(b)], used = (end + page_size - 1) / page_size;
+    for (std::int64_t i = starts[std::size_t(b)] / page_size; i < used; ++i) {
       const std::int64_t page = (*table)[std::size_t(b * a.paged->max_pages + i)];
       if (page < 0 || page >= pages)
         return bad("paged.block_table[" + std::to_string(b) + "][" + std::to_string(i) + "] = " + std::to_string(page) +
                    " must name a page of the pools, in [0, k.shape[0] = " + std::to_string(pages) + "), for kv_lens[" +
-                   std::to_string(b) + "] = " + std::to_string((*lens)[std::size_t(b)]) + " keys");
+                   std::to_string(b) + "] = " + std::to_string(end) + " keys");
     }
   }
   return {};

@@ -154,7 +154,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
     return bad(dim("k", 1) + " must be at most 2^30, got " + std::to_string(Sk));
 
   const std::size_t elem = dtype_size(dt);
-  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks, ekvlens, etable;
+  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks, ekvlens, ekvstarts, etable;
   FJ_TRY(check_layout("q", a.q.data, a.q.shape, a.q.stride, elem, false, &eq));
   FJ_TRY(check_layout("k", a.k.data, a.k.shape, a.k.stride, elem, false, &ek));
   FJ_TRY(check_layout("v", a.v.data, a.v.shape, a.v.stride, elem, false, &ev));
@@ -174,6 +174,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
     FJ_TRY(check_array("paged.block_table", a.paged->block_table, a.paged->max_pages, a.paged->table_stride, batch,
                        sizeof(std::int32_t), &etable));
   if (a.kv_lens) FJ_TRY(check_array("kv_lens", a.kv_lens, batch, 0, 1, sizeof(std::int32_t), &ekvlens));
+  if (a.kv_starts) FJ_TRY(check_array("kv_starts", a.kv_starts, batch, 0, 1, sizeof(std::int32_t), &ekvstarts));
   if (a.lse) {
     const LseView& l = *a.lse;
     const std::int64_t want[3] = {B, Hq, Sq};
@@ -222,7 +223,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   // The kernel reads these while writing o and lse: they must not share memory.
   for (const auto& [name, e] : {std::pair<const char*, const Extent*>{"varlen.cu_seqlens_q", &ecq}, {"varlen.cu_seqlens_k", &eck},
                                 {"alibi.slopes", &ealibi}, {"sinks", &esinks}, {"kv_lens", &ekvlens},
-                                {"paged.block_table", &etable}})
+                                {"kv_starts", &ekvstarts}, {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
 
   // Every size is bounded now: the families multiply a batch, a head count and a length (query
@@ -246,6 +247,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   s.alibi = a.alibi.has_value();
   s.sinks = a.sinks != nullptr;
   s.kv_lens = a.kv_lens != nullptr;
+  s.kv_starts = a.kv_starts != nullptr;
   s.paged = paged;
   s.vec = widest_vec({&a.q, &a.k, &a.v, &a.o}, elem);
   return out;

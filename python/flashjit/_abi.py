@@ -59,7 +59,7 @@ class ArgsV2(ctypes.Structure):
                 ("softcap", ctypes.c_float), ("varlen", ctypes.POINTER(Varlen)), ("window", ctypes.POINTER(Window)),
                 ("alibi", ctypes.POINTER(Alibi)), ("sinks", ctypes.c_void_p), ("kv_lens", ctypes.c_void_p),
                 ("paged", ctypes.POINTER(PagedKv)), ("flags", ctypes.c_uint32), ("sm_margin", ctypes.c_uint32),
-                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64), ("kv_starts", ctypes.c_void_p)]
 
 
 class BackwardArgsV1(ctypes.Structure):
@@ -71,7 +71,7 @@ class BackwardArgsV1(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_uint64)]
 
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 CHECK_METADATA = 1  # flashjit_attention_args_v2.flags
 DETERMINISTIC = 1  # flashjit_backward_args_v1.flags
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1, "torch.float32": 2}
@@ -204,7 +204,8 @@ def _tensor_scalars(t):
 
 
 def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varlen=None, window=None,
-                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None, check=False):
+                 softcap=0.0, alibi_slopes=None, sinks=None, kv_lens=None, block_table=None, check=False,
+                 kv_starts=None):
     """Version 2 arguments.
 
     varlen:       (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), int32 device tensors of
@@ -215,6 +216,8 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
     alibi_slopes: float32 device tensor [Hq] or [B, Hq]
     sinks:        float32 device tensor [Hq] of logits joining each row's softmax denominator
     kv_lens:      int32 device tensor [B]: keys each sequence uses of its cache (cache_seqlens)
+    kv_starts:    int32 device tensor [B]: each sequence's first key in its cache (cache_leftpad):
+                  it uses keys [kv_starts[b], kv_lens[b])
     block_table:  int32 device tensor [B, max_pages]: k and v are then page pools
                   [num_pages, page_size, Hkv, D] (needs kv_lens)
     check:        checked mode: the library reads back cu_seqlens, kv_lens and the block table and
@@ -244,7 +247,7 @@ def make_args_v2(q, k, v, o, causal=False, lse=None, scale=0.0, tf32=False, varl
         at_varlen if varlen is not None else 0, at_window if window is not None else 0,
         at_alibi if alibi_slopes is not None else 0, 0 if sinks is None else sinks.data_ptr(),
         0 if kv_lens is None else kv_lens.data_ptr(), at_paged if block_table is not None else 0,
-        CHECK_METADATA if check else 0, 0, 0, 0,
+        CHECK_METADATA if check else 0, 0, 0, 0, 0 if kv_starts is None else kv_starts.data_ptr(),
         *lse_fields, *varlen_fields, *window_fields, *alibi_fields, *paged_fields)
     return ArgsV2.from_buffer(buf)
 

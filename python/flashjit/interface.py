@@ -4,10 +4,10 @@
 
 Argument names and meanings are FlashAttention-2's (softmax_scale, causal, window_size, softcap,
 alibi_slopes, return_attn_probs / return_softmax_lse, cu_seqlens, max_seqlen, seqused_k,
-block_table, cache_seqlens, k/v appended into the cache), with FlashAttention-3's seqused_k.
-What flashjit cannot do raises NotImplementedError naming the argument (dropout, cache_leftpad,
-seqused_q); speed-only arguments (deterministic,
-num_splits) are accepted and left to the engine (the forward is deterministic).
+block_table, cache_seqlens, cache_batch_idx, cache_leftpad, k/v appended into the cache, rotary),
+with FlashAttention-3's seqused_k. What flashjit cannot do raises NotImplementedError naming the
+argument (dropout, seqused_q); speed-only arguments (deterministic, num_splits) are accepted and
+left to the engine (the forward is deterministic).
 """
 import functools
 from typing import Optional, Tuple, Union
@@ -38,11 +38,11 @@ def _scale(softmax_scale):
 
 def _attention(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                block_table=None, alibi_slopes=None, sinks=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-               softcap=0.0, return_lse=False, check=False):
+               softcap=0.0, return_lse=False, check=False, kv_starts=None):
     left, right = _window(window_size, causal)
     return ops.call(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), kv_lens, block_table,
                     alibi_slopes, sinks, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0),
-                    bool(return_lse), bool(check))
+                    bool(return_lse), bool(check), kv_starts)
 
 
 def _no_dropout(dropout_p):
@@ -157,9 +157,13 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Opti
     cache_seqlens[b] onward and attended to as well. rotary_cos / rotary_sin ([positions,
     rotary_dim / 2]) rotate k at its cache positions and q at its own (causal or local) or at the
     cache's end, before the append. cache_batch_idx (int32 [batch]) picks each sequence's cache row
-    without copying (the rows are read as pages). num_splits is the engine's to choose."""
+    without copying (the rows are read as pages). cache_leftpad (int32 [batch]): sequence b's keys
+    start at slot cache_leftpad[b] of its cache (left-padded batches; the slots before are never
+    read, and causal masks, windows and ALiBi count keys from there); cache_seqlens still counts
+    from slot 0, and rotary positions are cache slots, as FlashAttention's. num_splits is the
+    engine's to choose."""
     if cache_leftpad is not None:
-        _unsupported("cache_leftpad", "per-sequence key starts are not supported yet")
+        ops._check_side("cache_leftpad", cache_leftpad, q.device, torch.int32, (q.shape[0],))
     if (k is None) != (v is None):
         raise ValueError("k and v are appended together: give both or neither")
     batch = q.shape[0]
@@ -189,5 +193,5 @@ def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Opti
         kv_lens = (cache_seqlens + k.shape[1]).to(torch.int32)
     out, lse = _attention(q, k_cache, v_cache, kv_lens=kv_lens, block_table=block_table, alibi_slopes=alibi_slopes,
                           sinks=sinks, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                          softcap=softcap, return_lse=return_softmax_lse)
+                          softcap=softcap, return_lse=return_softmax_lse, kv_starts=cache_leftpad)
     return (out, lse) if return_softmax_lse else out

@@ -38,7 +38,7 @@ from torch import Tensor
 from . import _abi, _library
 from ._abi import FlashjitError
 
-_INT32_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "kv_lens", "block_table")
+_INT32_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "kv_lens", "block_table", "kv_starts")
 
 
 def _check_side(name, t, device, dtype, shape):
@@ -57,7 +57,7 @@ def _check_side(name, t, device, dtype, shape):
         raise FlashjitError("%s must have a unit stride in its last dim, got strides %s" % (name, list(t.stride())))
 
 
-def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks):
+def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts=None):
     varlen = cu_seqlens_q is not None
     want_dim = 3 if varlen else 4
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -84,6 +84,7 @@ def _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, ali
     _check_side("cu_seqlens_q", cu_seqlens_q, q.device, torch.int32, (batch + 1,))
     _check_side("cu_seqlens_k", cu_seqlens_k, q.device, torch.int32, (batch + 1,))
     _check_side("kv_lens", kv_lens, q.device, torch.int32, (batch,))
+    _check_side("kv_starts", kv_starts, q.device, torch.int32, (batch,))
     _check_side("block_table", block_table, q.device, torch.int32, (batch, None))
     if block_table is not None and kv_lens is None:
         raise FlashjitError("block_table needs kv_lens (cache_seqlens / seqused_k): the keys each sequence uses")
@@ -102,7 +103,8 @@ def _out_shapes(q, v, varlen, return_lse):
 
 
 def c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-           alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+           alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check,
+           kv_starts=None):
     """The C ABI's flashjit_attention_args_v2 for the operator's arguments (FlashAttention's layouts
     seen as the ABI's [batch, seq, heads, head_dim] views)."""
     varlen = cu_seqlens_q is not None
@@ -116,26 +118,29 @@ def c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     varlen_args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else None
     return _abi.make_args_v2(as4(q), kk, vv, as4(out), causal=causal, lse=lse_view, scale=softmax_scale, varlen=varlen_args,
                              window=window, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, kv_lens=kv_lens,
-                             block_table=block_table, check=check)
+                             block_table=block_table, check=check, kv_starts=kv_starts)
 
 
 def launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], cu_seqlens_q=None, cu_seqlens_k=None,
            max_seqlen_q=0, max_seqlen_k=0, kv_lens=None, block_table=None, alibi_slopes=None, sinks=None,
-           softmax_scale=0.0, causal=False, window_left=-1, window_right=-1, softcap=0.0, check=False):
+           softmax_scale=0.0, causal=False, window_left=-1, window_right=-1, softcap=0.0, check=False,
+           kv_starts=None):
     """Runs attention into tensors the caller allocated (any strides): out as the operator's output,
     lse (fp32, the operator's LSE shape) or None. For callers that own their outputs' layout, such
     as the SDPA backend (flashjit.sdpa), which must return aten's layouts; not traced by
     torch.compile (use the operator for that)."""
-    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts)
     _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check)
+                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check, kv_starts)
 
 
 def _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check):
+                    alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, check,
+                    kv_starts=None):
     lib = _library.get()
     args = c_args(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                  alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, lse is not None, check)
+                  alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, lse is not None, check,
+                  kv_starts)
     device = q.device
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):  # the engine runs on the calling thread's current context
@@ -157,10 +162,14 @@ def _run(lib, args, stream, device):
     _abi.forward_args(lib, args, stream)
 
 
-_SCHEMA = ("attention(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
-           "int max_seqlen_k, Tensor? kv_lens, Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, "
-           "float softmax_scale, bool causal, int window_left, int window_right, float softcap, bool return_lse, "
-           "bool check) -> (Tensor, Tensor)")
+# attention_train's schema is this one less kv_starts (the backward takes no key starts).
+_TRAIN_SCHEMA = ("attention_train(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+                 "int max_seqlen_q, int max_seqlen_k, Tensor? kv_lens, Tensor? block_table, Tensor? alibi_slopes, "
+                 "Tensor? sinks, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
+                 "bool return_lse, bool check) -> (Tensor, Tensor)")
+# kv_starts comes last, with a default: callers that have none pass the 18 arguments as before.
+_SCHEMA = _TRAIN_SCHEMA.replace("attention_train(", "attention(", 1).replace(
+    "bool check)", "bool check, Tensor? kv_starts=None)", 1)
 
 # Defined with torch.library.Library rather than torch.library.custom_op: the same operator to
 # torch.compile, export and CUDA graphs, with less dispatch per call (on an H200 host the call
@@ -173,24 +182,24 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], c
               max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
               alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
               window_left: int, window_right: int, softcap: float, return_lse: bool,
-              check: bool) -> Tuple[Tensor, Tensor]:
+              check: bool, kv_starts: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """torch.ops.flashjit.attention's CUDA kernel: attention forward; see the module's docstring for
     layouts. softmax_scale 0: 1/sqrt(head_dim); window -1: unbounded; softcap 0: none; check: read
-    back and check the device metadata."""
-    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+    back and check the device metadata; kv_starts: each sequence's first key (cache_leftpad)."""
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts)
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     out = q.new_empty(out_shape)
     lse = q.new_empty(lse_shape, dtype=torch.float32)
     _launch_checked(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                     kv_lens, block_table, alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
-                    check)
+                    check, kv_starts)
     return out, lse
 
 
 @torch.library.register_fake("flashjit::attention", lib=_LIBRARY)
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
-      softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
-    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
+      softmax_scale, causal, window_left, window_right, softcap, return_lse, check, kv_starts=None):
+    _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts)
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, return_lse)
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
@@ -215,7 +224,7 @@ def direct_call_is_safe(tensors):
 # ---- The CUDA kernel: C++ (libflashjit_torch_op.so) when it loads, else the Python one. ----
 
 TORCH_OP_LIBRARY = "libflashjit_torch_op.so"
-_TORCH_OP_VERSION = 1  # flashjit_torch_op_version() this module speaks to
+_TORCH_OP_VERSION = 2  # flashjit_torch_op_version() this module speaks to
 _TORCH_OP_MIN_TORCH = (2, 10)  # its TORCH_TARGET_VERSION
 
 
@@ -282,9 +291,9 @@ def python_kernel_reason():
 #
 # torch.ops.flashjit.attention keeps no autograd kernel, so that none runs on its hot path (even
 # under no_grad). Where grad is enabled and an input requires grad, call() runs
-# flashjit::attention_train instead: the same schema and results (it always computes the LSE, which
-# the backward needs), with an autograd formula (torch.library.register_autograd) whose backward
-# is flashjit::attention_backward. Eager code and torch.compile take the same route: dynamo traces
+# flashjit::attention_train instead: the same schema (less kv_starts) and results (it always
+# computes the LSE, which the backward needs), with an Autograd kernel (AttentionTrainFunction, below)
+# whose backward is flashjit::attention_backward. Eager code and torch.compile take the same route: dynamo traces
 # the operator and AOTAutograd its formula.
 
 _BACKWARD_SCHEMA = ("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
@@ -292,7 +301,7 @@ _BACKWARD_SCHEMA = ("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor 
                     "Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, float softmax_scale, bool causal, "
                     "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)")
 _LIBRARY.define(_BACKWARD_SCHEMA)
-_LIBRARY.define(_SCHEMA.replace("attention(", "attention_train(", 1))
+_LIBRARY.define(_TRAIN_SCHEMA)
 
 
 def _grad_like(t):
@@ -440,8 +449,34 @@ def _warn_if_backward_unsupported(args):
                           "(run it under torch.no_grad() if no gradient is needed)" % e, stacklevel=4)
 
 
-torch.library.register_autograd("flashjit::attention_train", _backward_train, setup_context=_setup_train,
-                                lib=_LIBRARY)
+class AttentionTrainFunction(torch.autograd.Function):
+    """attention_train's autograd formula, as torch.library.register_autograd would build it, less
+    its per-call filling of schema defaults (every argument is passed here): that walk re-reads
+    the schema's 18 arguments from C++ for each one and cost 100-160 us a call."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        keyset, args = inputs[-1], inputs[:-1]
+        with torch._C._AutoDispatchBelowAutograd():
+            output = _TRAIN_OVERLOAD.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+        _setup_train(ctx, args, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _backward_train(ctx, *grads) + (None,)  # none for the keyset
+
+
+def _train_autograd(keyset, *args):
+    """attention_train's Autograd kernel: the formula where a gradient is recorded, else the kernel below."""
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        return AttentionTrainFunction.apply(*args, keyset)
+    with torch._C._AutoDispatchBelowAutograd():
+        return _TRAIN_OVERLOAD.redispatch(keyset & torch._C._after_autograd_keyset, *args)
+
+
+_TRAIN_OVERLOAD = torch.ops.flashjit.attention_train.default
+_LIBRARY.impl("attention_train", _train_autograd, "Autograd", with_keyset=True)
 
 _OP = torch.ops.flashjit.attention
 
@@ -464,7 +499,7 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
          alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
          window_left: int, window_right: int, softcap: float, return_lse: bool,
-         check: bool) -> Tuple[Tensor, Tensor]:
+         check: bool, kv_starts: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """torch.ops.flashjit.attention (same arguments) for flashjit's public functions: the cheapest
     route to its CUDA kernel, and where autograd records a call, flashjit::attention_train (the
     operator with its LSE and a backward through flashjit::attention_backward)."""
@@ -473,10 +508,15 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
                                     (alibi_slopes is not None and alibi_slopes.requires_grad) or
                                     (sinks is not None and sinks.requires_grad)):
+        if kv_starts is not None:
+            raise FlashjitError("kv_starts (cache_leftpad): the backward takes no per-sequence key starts; run this "
+                                "call under torch.no_grad() or without inputs that require grad")
         if type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling():
             _warn_if_backward_unsupported(args)
         out, lse = torch.ops.flashjit.attention_train(*args)
         return out, (lse if return_lse else lse.new_empty(0))
+    if kv_starts is not None:
+        args += (kv_starts,)
     if torch.compiler.is_compiling():
         return _OP(*args)
     return _forward(*args)

@@ -16,6 +16,7 @@ struct FjAttentionParams {
   const float* alibi_slopes;  // alibi: [batch?, heads_q]
   const float* sinks;         // sinks: [heads_q] logits
   const int* kv_lens;         // kv_lens: [batch] keys each sequence uses
+  const int* kv_starts;       // kv_starts: [batch] each sequence's first key (left padding)
   const int* block_table;     // paged: [batch, table_stride] the page of each page_size keys
 
   // Element strides of the logical [batch, seq, head, dim] views (varlen: batch is 1; paged k

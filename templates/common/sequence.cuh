@@ -9,7 +9,7 @@ namespace fj {
 
 struct Sequence {
   int q_start;  // first row of the sequence in the q/o tensors' seq dim (0 unless varlen)
-  int k_start;  // likewise in k/v (0 when paged: keys come through the block table)
+  int k_start;  // likewise in k/v; paged: the first key's slot in the table row's keys (0 unless kv_starts)
   int len_q;
   int len_k;
   int batch;    // index into the tensors' batch dim (0 with varlen: one packed batch)
@@ -20,8 +20,9 @@ struct Sequence {
 // Sequence b: fixed sizes, or a varlen batch's prefix sums clamped to the tensors, so bad
 // prefix sums shorten a sequence but never reach outside q, k, v or o. Paged keys run to the
 // capacity of the sequence's table row; kv_lens then shortens the keys to what the sequence uses
-// (clamped to what is there).
-template <bool kIsVarlen, bool kHasKvLens, bool kIsPaged>
+// (clamped to what is there), and kv_starts drops the left padding before its first key (clamped
+// to the end): key 0 of the sequence is then cache slot k_start, which paged lookups add too.
+template <bool kIsVarlen, bool kHasKvLens, bool kIsPaged, bool kHasKvStarts>
 FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
   Sequence s;
   if constexpr (kIsVarlen) {
@@ -46,6 +47,11 @@ FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
     s.len_k = p.seqlen_k;
   }
   if constexpr (kHasKvLens) s.len_k = min(max(p.kv_lens[b], 0), s.len_k);
+  if constexpr (kHasKvStarts) {
+    const int skip = min(max(p.kv_starts[b], 0), s.len_k);
+    s.k_start += skip;
+    s.len_k -= skip;
+  }
   return s;
 }
 

@@ -30,7 +30,7 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y % p.heads_kv, row_block = blockIdx.y / p.heads_kv;
   const int b = blockIdx.z;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, b);
+  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(p, b);
   const int group = p.group;
   const int rows_total = seq.len_q * group;
   const int row0 = row_block * kRows;
@@ -75,8 +75,8 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   constexpr bool kSharedPages = kHeadDimQK == kHeadDimV;
   auto fetch_pages = [&](int t) {
     if constexpr (kPaged) {
-      k_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
-      if constexpr (!kSharedPages) v_pages.fetch(p, b, (my_first + t) * kTileKeys, tid);
+      k_pages.fetch(p, b, seq.k_start + (my_first + t) * kTileKeys, tid);
+      if constexpr (!kSharedPages) v_pages.fetch(p, b, seq.k_start + (my_first + t) * kTileKeys, tid);
     }
   };
   auto load_kv = [&](int t) {

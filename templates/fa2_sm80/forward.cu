@@ -70,7 +70,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   // Causal: the last query blocks have the most keys; start them first.
   const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged>(p, blockIdx.z);
+  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(p, blockIdx.z);
   const int m0 = m_block * kBlockM;
   if (kVarlen && m0 >= seq.len_q) return;  // the grid covers the longest sequence
   const int kv_head = kGqa ? head / p.group : head;
@@ -105,9 +105,10 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
       // for a list fetched ahead (decode_sm80 has, and does).
       const int b = blockIdx.z;
       load_rows_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
-          sK, [&](int r) { return paged_row<Elem>(p, p.k, p.k_stride, b, kv_head, n0 + r); }, p.k_stride[3], rows, tid);
+          sK, [&](int r) { return paged_row<Elem>(p, p.k, p.k_stride, b, kv_head, seq.k_start + n0 + r); },
+          p.k_stride[3], rows, tid);
       load_rows_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
-          kv.v, [&](int r) { return paged_row<Elem>(p, p.v, p.v_stride, b, kv_head, n0 + r); },
+          kv.v, [&](int r) { return paged_row<Elem>(p, p.v, p.v_stride, b, kv_head, seq.k_start + n0 + r); },
           p.v_stride[3], rows, tid);
     } else {
       load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(

@@ -24,7 +24,7 @@ TEST_CASE("variant names are readable and distinguish every field") {
 
   // Each single-field change alters equality, name and content hash: every field of the list
   // and every knob of the table.
-  std::vector<KernelVariant> changed(18, v);
+  std::vector<KernelVariant> changed(19, v);
   changed[0].semantics.dtype = DType::bf16;
   changed[1].semantics.head_dim_qk = 96;
   changed[2].semantics.head_dim_v = 64;
@@ -43,6 +43,7 @@ TEST_CASE("variant names are readable and distinguish every field") {
   changed[15].tiling[0] = 64;
   changed[16].semantics.kv_lens = true;
   changed[17].semantics.paged = true;
+  changed[18].semantics.kv_starts = true;
   for (const auto& c : changed) {
     CHECK(c != v);
     CHECK(c.name() != v.name());
@@ -66,7 +67,7 @@ TEST_CASE("every semantics field is visited once, in declaration order, with its
   });
   CHECK(names.front() == "dtype");
   CHECK(names.back() == "vec");
-  CHECK(names.size() == 15);
+  CHECK(names.size() == 16);
   for (std::size_t i = 0; i < names.size(); ++i)
     for (std::size_t j = i + 1; j < names.size(); ++j) {
       CHECK(names[i] != names[j]);

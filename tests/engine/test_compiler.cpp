@@ -90,10 +90,11 @@ void set_feature(Semantics& s, int which) {
     case 4: s.sinks = true; break;
     case 5: s.kv_lens = true; break;
     case 6: s.paged = true; break;
-    default: s.varlen = s.window = s.softcap = s.alibi = s.sinks = s.kv_lens = s.paged = true;
+    case 7: s.kv_lens = s.kv_starts = true; break;
+    default: s.varlen = s.window = s.softcap = s.alibi = s.sinks = s.kv_lens = s.kv_starts = s.paged = true;
   }
 }
-constexpr int kFeatureCases = 8;
+constexpr int kFeatureCases = 9;
 
 }  // namespace
 
@@ -114,7 +115,7 @@ TEST_CASE("NVRTC compiles every dtype x head dim (odd ones too) x mask x GQA/LSE
   compile_all(jobs, "semantics matrix");
 }
 
-TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi, sinks, kv_lens and paged, alone and together, every dtype and mask") {
+TEST_CASE("NVRTC compiles varlen, window, softcap, ALiBi, sinks, kv_lens, kv_starts and paged, alone and together, every dtype and mask") {
   std::vector<std::pair<KernelVariant, Arch>> jobs;
   for (const char* arch_name : kArchs) {
     const Arch arch = Arch::parse(arch_name).value();

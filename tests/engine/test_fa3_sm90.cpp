@@ -70,6 +70,14 @@ TEST_CASE("fa3_sm90 refuses sm_80, fp32, pages of other than 8k keys and what TM
   CHECK(std::string(pick_family(sm80, s, &prefill)->name()) == "fa2_sm80");
   CHECK(std::string(pick_family(sm90, paged, &pages16)->name()) == "fa3_sm90");
   CHECK(std::string(pick_family(sm90, paged, &pages12)->name()) == "fa2_sm80");
+  // Key starts: contiguous and varlen caches here; paged ones on fa2_sm80 (a tile from an
+  // arbitrary slot would straddle the page boxes).
+  Semantics starts = s, paged_starts = paged;
+  starts.kv_lens = starts.kv_starts = paged_starts.kv_starts = true;
+  CHECK(std::string(pick_family(sm90, starts, &prefill)->name()) == "fa3_sm90");
+  const char* why = f->refusal(sm90, paged_starts, nullptr);
+  CHECK((why && std::string(why).find("kv_starts") != std::string::npos));
+  CHECK(std::string(pick_family(sm90, paged_starts, &pages16)->name()) == "fa2_sm80");
 }
 
 TEST_CASE("fa3_sm90 tilings: the knobs' ranges and the consumers' register budget, named in the error") {

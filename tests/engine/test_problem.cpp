@@ -285,6 +285,27 @@ TEST_CASE("softcap, ALiBi and sinks: values and pointers are checked by name") {
   CHECK(mentions(error_of(a), "sinks.data must be aligned"));
 }
 
+TEST_CASE("kv_starts: a semantic of its own, its array checked by name, passed to the kernels") {
+  AttentionArgs a = make();
+  a.kv_lens = i32(5);
+  a.kv_starts = i32(7);
+  auto r = validate_problem(a);
+  REQUIRE(r.ok());
+  CHECK(r->semantics.kv_starts);
+  CHECK(r->semantics.kv_lens);
+  CHECK(r->semantics.name().find("kvstarts") != std::string::npos);
+  CHECK(attention_params(r.value()).kv_starts == i32(7));
+  a.kv_lens = nullptr;  // without kv_lens: keys run to the cache's end
+  REQUIRE(validate_problem(a).ok());
+  CHECK(!validate_problem(a)->semantics.kv_lens);
+  a.kv_starts = reinterpret_cast<const std::int32_t*>(reinterpret_cast<std::uintptr_t>(i32(7)) + 2);
+  CHECK(mentions(error_of(a), "kv_starts.data must be aligned"));
+  a.kv_starts = static_cast<const std::int32_t*>(a.o.data);
+  CHECK(mentions(error_of(a), "kv_starts must not overlap o"));
+  a = make();
+  CHECK(!validate_problem(a)->semantics.kv_starts);
+}
+
 TEST_CASE("extents near 2^63 are refused without overflowing (issue 6, defect 4)") {
   // f32, no heads in q and o; k and v with shape[2] = stride[2] = 2^63 - 1. UBSan saw the
   // element count and the last offset overflow int64 here.

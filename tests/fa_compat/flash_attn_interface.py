@@ -3,14 +3,15 @@ against flashjit. Positional order follows FA3's flash_attn_interface.
 
 Mapped: q/k/v, cu_seqlens, max_seqlen, seqused_k, softmax_scale, causal, window_size, softcap,
 return_attn_probs / return_softmax_lse (FA3 returns (out, lse)), k/v appended into the cache,
-cache_seqlens, page_table (flashjit's block_table).
+cache_seqlens, cache_batch_idx, cache_leftpad, rotary_cos/sin (rotary in the cache), page_table
+(flashjit's block_table), flash_attn_combine (flashjit.merge's).
 Ignored as speed-only (the result does not depend on them): num_splits, pack_gqa, sm_margin,
 deterministic without autograd recording (flashjit's forward is deterministic; where autograd
 records, deterministic=True is refused: flashjit's backward is not yet), scheduler_metadata
 (flashjit schedules itself; get_scheduler_metadata returns an empty plan that only this shim accepts).
-Raising NotImplementedError: qv, q/k/v_descale (FP8), attention_chunk != 0, seqused_q, rotary in
-the cache (rotary_cos/sin, rotary_seqlens), cache_batch_idx, cache_leftpad, varlen queries or new
-keys in the cache (cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q), flash_attn_combine.
+Raising NotImplementedError: qv, q/k/v_descale (FP8), attention_chunk != 0, seqused_q,
+rotary_seqlens, varlen queries or new keys in the cache (cu_seqlens_q, cu_seqlens_k_new,
+max_seqlen_q).
 """
 import torch
 
@@ -87,7 +88,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         unsupported("cu_seqlens_q/max_seqlen_q in flash_attn_with_kvcache", "queries are [batch, seqlen_q, ...] here")
     if cu_seqlens_k_new is not None:
         unsupported("cu_seqlens_k_new", "new keys are [batch, seqlen_new, ...] here")
-    # flashjit raises for rotary_cos/sin, cache_batch_idx and cache_leftpad; num_splits is speed-only.
+    # num_splits is speed-only.
     res = _fj.flash_attn_with_kvcache(q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                                       cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
                                       cache_leftpad=cache_leftpad, block_table=page_table,
@@ -98,4 +99,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
-    unsupported("flash_attn_combine", "FA3's split-KV combine kernel is internal to flashjit's engine")
+    from flashjit import merge
+    return merge.flash_attn_combine(out_partial, lse_partial, out=out, out_dtype=out_dtype)

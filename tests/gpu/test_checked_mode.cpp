@@ -109,6 +109,23 @@ TEST_CASE("checked mode: bad kv_lens and block-table entries name the array, the
   auto st = f.engine->forward(a, nullptr);
   CHECK(st.ok());
   REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
+  // Key starts: past the sequence's end, or negative, refused by name; table entries before a
+  // sequence's first key are never read, so a bad one there is not refused.
+  DeviceInts late({0, 18, 5}), below({0, -1, 0}), skip_bad_page({0, 0, 80});
+  a = c->args();
+  a.kv_starts = late.ptr();
+  expect_refused(*c, a, {"kv_starts[1] = 18", "kv_lens[1] = 17"});
+  a.kv_starts = below.ptr();
+  expect_refused(*c, a, {"kv_starts[1] = -1", "[0, "});
+  std::vector<std::int32_t> early(std::size_t(3 * c->args().paged->table_stride), 0);
+  early[std::size_t(2 * c->args().paged->table_stride + 4)] = std::int32_t(pages);  // before key 80's page 5
+  DeviceInts early_table(early);
+  a.paged->block_table = early_table.ptr();
+  a.kv_starts = skip_bad_page.ptr();
+  a.check_metadata = true;
+  st = f.engine->forward(a, nullptr);
+  CHECK_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
+  REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
 }
 
 TEST_CASE("checked mode: bad prefix sums name the array, the index and the rule") {

@@ -14,7 +14,7 @@ import pytest
 os.environ["FLASHJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="flashjit-pytest-")
 
 
-def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table):
+def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, kv_starts=None):
     """(query rows, keys, values, where the rows go) per sequence, in flashjit's layouts."""
     if cu_seqlens_q is not None:
         cu_q = cu_seqlens_q.tolist()
@@ -39,6 +39,9 @@ def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table):
         if kv_lens is not None:
             n = max(0, min(int(kv_lens[b]), kb.shape[0]))
             kb, vb = kb[:n], vb[:n]
+        if kv_starts is not None:  # the left padding: key 0 of the sequence is slot kv_starts[b]
+            first = max(0, min(int(kv_starts[b]), kb.shape[0]))
+            kb, vb = kb[first:], vb[first:]
         keys.append(kb)
         values.append(vb)
     return rows, queries, keys, values
@@ -46,12 +49,13 @@ def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table):
 
 def reference_attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                         block_table=None, alibi_slopes=None, sinks=None, softmax_scale=0.0, causal=False,
-                        window_left=-1, window_right=-1, softcap=0.0, return_lse=False, check=False):
+                        window_left=-1, window_right=-1, softcap=0.0, return_lse=False, check=False, kv_starts=None):
     """torch.ops.flashjit.attention's semantics in float64: causal and windows aligned bottom right
     (query i sees key i + len_k - len_q), softcap then ALiBi on the scaled scores, sinks in the
-    denominator, rows that see no key give zeros and LSE -inf. Returns (out in q's dtype, LSE fp32)."""
+    denominator, rows that see no key give zeros and LSE -inf; kv_starts drops each sequence's
+    first keys (so positions count from there). Returns (out in q's dtype, LSE fp32)."""
     import torch
-    rows, queries, keys, values = _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table)
+    rows, queries, keys, values = _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, kv_starts)
     hq, dv = q.shape[-2], v.shape[-1]
     scale = softmax_scale or 1.0 / math.sqrt(q.shape[-1])
     out = torch.zeros(tuple(q.shape[:-1]) + (dv,), dtype=torch.float64, device=q.device)

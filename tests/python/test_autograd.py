@@ -58,7 +58,8 @@ def test_backward_struct_matches_the_header_field_by_field():
 def test_the_forward_struct_matches_the_header_too():
     names = [n for n, _ in _header_fields("flashjit_attention_args_v2")]
     assert names[:2] == ["struct_size", "abi_version"]  # the parser reads the precedent's struct
-    assert names[-2:] == ["workspace", "workspace_bytes"]
+    assert names[-3:] == ["workspace", "workspace_bytes", "kv_starts"]
+    assert names == [n for n, _ in _abi.ArgsV2._fields_]  # the binding's fields, in the header's order
 
 
 def test_backward_args_carry_every_field():

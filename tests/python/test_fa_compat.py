@@ -139,9 +139,7 @@ def test_fa3_order_returns_and_speed_only_arguments(shim):
     ("fa3.flash_attn_func(q, q, q, attention_chunk=8)", "attention_chunk"),
     ("fa3.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 3, 3, seqused_q=lens)", "seqused_q"),
     ("fa3.flash_attn_with_kvcache(q, q, q, cache_seqlens=lens, cu_seqlens_q=cu)", "cu_seqlens_q"),
-    ("fa3.flash_attn_with_kvcache(q, q, q, cache_seqlens=lens, cache_leftpad=lens)", "cache_leftpad"),
     ("fa3.flash_attn_with_kvcache(q, q, q, cache_seqlens=lens, scheduler_metadata=one)", "scheduler_metadata"),
-    ("fa3.flash_attn_combine(q, q)", "flash_attn_combine"),
     ("fa2.flash_attn_interface._get_block_size_n('cuda', 64, False, False)", "S_dmask"),
 ])
 def test_unsupported_features_raise_by_name(shim, call, feature):

@@ -102,6 +102,14 @@ def test_fake_shapes(mode):
     assert out.shape == (4, 1, 8, 64) and lse.shape == (4, 8, 1)
 
 
+def test_left_padded_cache_traces_with_fake_tensors(mode):
+    cache = fake(4, 1024, 2, 64)
+    lens = fake(4, dtype=torch.int32)
+    out = flashjit.flash_attn_with_kvcache(fake(4, 1, 8, 64), cache, cache, k=fake(4, 1, 2, 64), v=fake(4, 1, 2, 64),
+                                           cache_seqlens=lens, cache_leftpad=fake(4, dtype=torch.int32), causal=True)
+    assert out.shape == (4, 1, 8, 64)
+
+
 def test_paged_cache_and_appended_tokens(mode):
     pool_k, pool_v = fake(64, 16, 2, 64), fake(64, 16, 2, 64)
     table = fake(4, 16, dtype=torch.int32)
@@ -132,6 +140,12 @@ def test_paged_cache_and_appended_tokens(mode):
     (lambda: flashjit.flash_attn_with_kvcache(fake(2, 1, 4, 64), fake(8, 16, 4, 64), fake(8, 16, 4, 64),
                                               cache_seqlens=fake(2, dtype=torch.int32), block_table=fake(3, 4, dtype=torch.int32)),
      "block_table must have shape [2, *]"),
+    (lambda: flashjit.flash_attn_with_kvcache(fake(2, 1, 4, 64), fake(2, 16, 4, 64), fake(2, 16, 4, 64),
+                                              cache_seqlens=fake(2, dtype=torch.int32), cache_leftpad=fake(2)),
+     "cache_leftpad must be int32"),
+    (lambda: flashjit.flash_attn_with_kvcache(fake(2, 1, 4, 64), fake(2, 16, 4, 64), fake(2, 16, 4, 64),
+                                              cache_seqlens=fake(2, dtype=torch.int32),
+                                              cache_leftpad=fake(3, dtype=torch.int32)), "cache_leftpad must have shape [2]"),
 ])
 def test_bad_arguments_name_the_argument_and_rule(mode, case, needle):
     with pytest.raises(FlashjitError) as e:
@@ -145,7 +159,6 @@ def test_bad_arguments_name_the_argument_and_rule(mode, case, needle):
                                               dropout_p=0.5), "dropout_p"),
     (lambda q: flashjit.flash_attn_varlen_func(q[0], q[0], q[0], fake(3, dtype=torch.int32), fake(3, dtype=torch.int32), 4, 4,
                                               seqused_q=fake(2, dtype=torch.int32)), "seqused_q"),
-    (lambda q: flashjit.flash_attn_with_kvcache(q, q, q, cache_leftpad=fake(2, dtype=torch.int32)), "cache_leftpad"),
 ])
 def test_what_flashjit_cannot_do_raises_naming_the_argument(mode, call, name):
     with pytest.raises(NotImplementedError, match=name):

@@ -252,7 +252,7 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
   add_variant_flags(g, o->flags);
   sub->add_option("--variants", o->variants_file,
                   "JSON list of variant objects: the semantics fields (dtype, head_dim, head_dim_v, mask, gqa, lse, varlen, "
-                  "window, softcap, alibi, sinks, kv_lens, paged, vec) and family, tiling")
+                  "window, softcap, alibi, sinks, kv_lens, kv_starts, paged, vec) and family, tiling")
       ->type_name("FILE.json");
   sub->add_flag("--all-tilings", o->all_tilings,
                 "Also compile every candidate tiling the autotuner may pick, so a tuned choice is always warm");

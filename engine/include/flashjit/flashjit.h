@@ -17,8 +17,9 @@ extern "C" {
  * 3: flashjit_attention_args_v2 gains flags (FLASHJIT_CHECK_METADATA).
  * 4: flashjit_attention_args_v2 gains workspace and workspace_bytes; flashjit_workspace_size_v2.
  * 5: the backward pass: flashjit_backward_args_v1, flashjit_backward_v1 and its workspace size.
- * 6: flashjit_attention_args_v2.sm_margin (was reserved, 0); flashjit_engine_set_sm_margin. */
-#define FLASHJIT_ABI_VERSION 6
+ * 6: flashjit_attention_args_v2.sm_margin (was reserved, 0); flashjit_engine_set_sm_margin.
+ * 7: flashjit_attention_args_v2 gains kv_starts (per-sequence first keys, cache_leftpad). */
+#define FLASHJIT_ABI_VERSION 7
 
 typedef struct flashjit_engine flashjit_engine;
 
@@ -134,6 +135,11 @@ typedef struct flashjit_attention_args_v2 {
    * bytes, 256-byte aligned. NULL: the engine's pool. */
   void* workspace;
   uint64_t workspace_bytes;
+  /* ABI version 7. NULL: every sequence's keys start at its first slot; else device int32 [batch]
+   * (FlashAttention's cache_leftpad): sequence b uses keys [kv_starts[b], kv_lens[b]) of its cache
+   * (of its varlen rows, of its block-table row); the slots before are never read, and causal
+   * masks, windows and ALiBi count keys from kv_starts[b]. */
+  const int32_t* kv_starts;
 } flashjit_attention_args_v2;
 
 /* sizeof(flashjit_attention_args) as compiled into the library, for bindings to check. */

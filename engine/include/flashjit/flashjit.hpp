@@ -100,6 +100,11 @@ struct AttentionArgs {
   // [0, kv_lens[b]) of its cache, so caches filled to different lengths run in one call. Causal
   // masks and windows align to each sequence's own length. Values past the cache are clamped.
   const std::int32_t* kv_lens = nullptr;
+  // int32 on the device, one per sequence (FlashAttention's cache_leftpad): sequence b's keys start
+  // at kv_starts[b] of its cache (or of its varlen rows, or of its block-table row), so it uses
+  // keys [kv_starts[b], kv_lens[b]); the slots before are never read. Causal masks, windows and
+  // ALiBi count keys from there. Values are clamped to [0, the sequence's end].
+  const std::int32_t* kv_starts = nullptr;
   std::optional<PagedKv> paged;        // K and V in page pools (with kv_lens)
   // Device scratch memory the caller owns for this call (a framework's allocator, a CUDA graph's
   // memory pool), used instead of the engine's per-stream pool: a call captured on a stream the

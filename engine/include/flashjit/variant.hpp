@@ -60,6 +60,8 @@ enum class NameStyle {
     "a per-head logit that joins the softmax denominator and nothing else")                            \
   X(bool, kv_lens, false, "kKvLens", "kvlens", if_set,                                                 \
     "per-sequence key counts on the device: caches filled to different lengths")                       \
+  X(bool, kv_starts, false, "kKvStarts", "kvstarts", if_set,                                           \
+    "per-sequence first keys on the device: left-padded caches (FlashAttention's cache_leftpad)")      \
   X(bool, paged, false, "kPaged", "paged", if_set, "K and V in page pools addressed by a block table")  \
   X(int, vec, 8, "kVec", "vec", always, "elements per global access (1, 2, 4, 8); 1 allows a strided head dim")
 

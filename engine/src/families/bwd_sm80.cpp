@@ -108,6 +108,7 @@ class BwdSm80 final : public KernelFamilyBase {
       return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
     if (s.varlen) return "varlen: the backward does not take ragged batches yet";
     if (s.kv_lens) return "kv_lens: the backward does not take per-sequence key counts yet";
+    if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
     if (s.sinks) return "sinks: the backward does not take attention sinks yet";
     return smem_refusal(*this, arch, s);

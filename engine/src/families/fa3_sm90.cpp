@@ -70,7 +70,7 @@ fj_layout::Fa3Layout layout(const Semantics& s, const Tiling& t) {
 constexpr std::int64_t kRoundSpan = 4;
 int section_heads(const AttentionProblem& p, const DeviceContextInfo& device, std::int64_t slots, std::int64_t m_blocks) {
   const Semantics& s = p.semantics;
-  if (s.mask != Mask::causal && !s.window && !s.varlen && !s.kv_lens) return 1;
+  if (s.mask != Mask::causal && !s.window && !s.varlen && !s.kv_lens && !s.kv_starts) return 1;
   const std::int64_t group = std::max<std::int64_t>(1, p.shape.heads_q / std::max<std::int64_t>(1, p.shape.heads_kv));
   const std::int64_t kv_bytes_per_head = std::max<std::int64_t>(
       1, p.shape.seqlen_k * (p.semantics.head_dim_qk + p.semantics.head_dim_v) * std::int64_t(dtype_size(p.semantics.dtype)) / group);
@@ -105,6 +105,8 @@ class Fa3Sm90 final : public KernelFamilyBase {
     if (s.dtype == DType::f32) return "fp32 stays on fa2_sm80";
     if (s.vec != 8 || s.head_dim_qk % 8 != 0 || s.head_dim_v % 8 != 0)
       return "TMA needs every tensor's address and strides 16-byte aligned and a contiguous head dim";
+    if (s.paged && s.kv_starts)
+      return "paged caches with per-sequence key starts (kv_starts): key tiles would straddle the TMA page boxes";
     if (s.paged && shape && shape->page_size % kPageRowsMultiple != 0)
       return "paged caches whose page size is not a multiple of 8 keys: TMA boxes must start on the swizzle's 8-row repeat";
     if (shape && (shape->seqlen_q == 0 || shape->seqlen_k == 0))

@@ -298,3 +298,57 @@ def test_kvcache_rotary_and_cache_batch_idx(reference):
     q_rot = rotary.rotate(q, theta.cos(), theta.sin(), slots, False)
     want = reference64(reference, q_rot, k_cache[idx.long()], v_cache[idx.long()], kv_lens=lens + new, causal=True)[0]
     check_close(out, want)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "paged", "cache_batch_idx"])
+@pytest.mark.parametrize("new_tokens, seq_q, window", [(0, 1, (-1, -1)), (1, 1, (-1, -1)), (4, 4, (16, 0)),
+                                                      (0, 200, (-1, -1)), (3, 77, (50, 0))])
+def test_kvcache_left_padding_reads_no_pad_slot(reference, layout, new_tokens, seq_q, window):
+    """cache_leftpad: each sequence's keys start at its own slot; every slot before it (and past
+    its end) holds NaN, which any read would spread into the output. Decode, appended tokens and
+    chunked prefill (query blocks on the prefill families), causal and windowed."""
+    torch.manual_seed(11)
+    batch, capacity, hq, hkv, d, page_size = 3, 640, 8, 2, 128, 64
+    lens = torch.tensor([300, 40, 600], dtype=torch.int32, device="cuda")
+    pads = torch.tensor([37, 0, 513], dtype=torch.int32, device="cuda")
+    k_cache, v_cache = (torch.full((batch, capacity, hkv, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+                        for _ in range(2))
+    for b in range(batch):
+        lo, hi = int(pads[b]), int(lens[b])
+        k_cache[b, lo:hi], v_cache[b, lo:hi] = randn(hi - lo, hkv, d), randn(hi - lo, hkv, d)
+    q = randn(batch, seq_q, hq, d)
+    k_new = randn(batch, new_tokens, hkv, d) if new_tokens else None
+    v_new = randn(batch, new_tokens, hkv, d) if new_tokens else None
+    options = dict(cache_seqlens=lens, cache_leftpad=pads, causal=True, window_size=window, return_softmax_lse=True)
+    if layout == "paged":
+        pages = capacity // page_size
+        table = torch.randperm(batch * pages, device="cuda").view(batch, pages).int()
+        pool_k, pool_v = (torch.empty(batch * pages, page_size, hkv, d, device="cuda", dtype=torch.bfloat16)
+                          for _ in range(2))
+        pool_k[table.long()] = k_cache.view(batch, pages, page_size, hkv, d)
+        pool_v[table.long()] = v_cache.view(batch, pages, page_size, hkv, d)
+        out, lse = flash_attn_with_kvcache(q, pool_k, pool_v, k_new, v_new, block_table=table, **options)
+        if new_tokens:  # the appended keys, read back from the pools
+            k_cache = pool_k[table.long()].flatten(1, 2)
+            v_cache = pool_v[table.long()].flatten(1, 2)
+    elif layout == "cache_batch_idx":
+        idx = torch.tensor([2, 0, 1], dtype=torch.int32, device="cuda")
+        rows_k, rows_v = torch.empty_like(k_cache), torch.empty_like(v_cache)
+        rows_k[idx.long()], rows_v[idx.long()] = k_cache, v_cache
+        out, lse = flash_attn_with_kvcache(q, rows_k, rows_v, k_new, v_new, cache_batch_idx=idx, **options)
+        k_cache, v_cache = rows_k[idx.long()], rows_v[idx.long()]
+    else:
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **options)
+    assert not out.isnan().any()
+    want, want_lse = reference64(reference, q, k_cache, v_cache, kv_lens=lens + new_tokens, kv_starts=pads,
+                                 causal=True, window_left=window[0], window_right=0, return_lse=True)
+    check_close(out, want, layout)
+    torch.testing.assert_close(lse, want_lse, atol=LSE_TOLERANCE, rtol=LSE_TOLERANCE)
+
+
+def test_kvcache_left_padding_refuses_autograd():
+    q = randn(1, 4, 2, 64).requires_grad_()
+    cache = randn(1, 64, 2, 64)
+    pads = torch.tensor([3], dtype=torch.int32, device="cuda")
+    with pytest.raises(flashjit.FlashjitError, match="cache_leftpad"):
+        flash_attn_with_kvcache(q, cache, cache, cache_seqlens=40, cache_leftpad=pads)
