@@ -10,7 +10,9 @@ namespace flashjit {
 inline constexpr std::int64_t kMaxSeqLen = std::int64_t(1) << 30;  // keeps row indices and tile ends in int32
 inline constexpr std::int64_t kMaxBatch = 65535;                   // CUDA's grid y/z limit: batch and heads
 inline constexpr std::int64_t kMaxHeads = 65535;
-inline constexpr std::int64_t kMaxPageSize = 256;                 // keys per page of a paged cache
+// Keys per page of a paged cache: serving stacks use 16 to 256, FlashAttention's tests 512; the
+// kernels index pages with int math, and larger pages are better served as a contiguous cache.
+inline constexpr std::int64_t kMaxPageSize = 4096;
 inline constexpr std::int64_t kMaxPages = (std::int64_t(1) << 31) - 1;  // page indices are int32 in kernels
 
 struct ProblemShape {

@@ -3,7 +3,8 @@
 (B1 S64 H1 D64 fp16) where the host dominates, under grad mode (inputs that don't require grad),
 no_grad and inference_mode:
 
-  ctypes (prepared)     flashjit_forward_v2 on arguments packed once: the floor
+  ctypes (prepared)     flashjit_forward_v2 on arguments packed once: the floor (and
+                        flashjit_workspace_size_v2 on them: the same planning, no launch)
   op                    torch.ops.flashjit.attention, with the kernel this process loaded
   flash_attn_func       flashjit's FlashAttention-style API (ops.call)
   SDPA flash / cuDNN    PyTorch's own, for scale
@@ -11,6 +12,9 @@ no_grad and inference_mode:
 Each row is the median over --rounds rounds of --calls back-to-back calls, timed on the host
 (perf_counter around the loop, torch.cuda.synchronize before each round and after it); `total`
 adds the final synchronize, so total well above host means the GPU, not the host, set the pace.
+Within a mode every case runs once a round, rounds alternating A B .. B A, so that the host's
+drift falls on every row alike. "dense op" is flashjit::attention_dense, what flash_attn_func
+takes for q, k, v with no side arrays and no LSE.
 The op and flash_attn_func run twice: with the C++ kernel in this process, and with the Python
 kernel in a child process (FLASHJIT_TORCH_OP=0). "flash_attn_func, q requires grad" is the
 autograd.Function route a training-mode forward takes. With --stub-engine (bench/stub_engine.c
@@ -37,26 +41,16 @@ from flashjit import _abi, _library, ops  # noqa: E402
 MODES = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 
 
-def per_call_us(fn, calls, rounds):
-    """(host, total) microseconds per call: medians over rounds."""
-    for _ in range(50):
-        fn()
+def time_calls(fn, calls):
+    """(host, total) microseconds per call of one chunk of back-to-back calls."""
     torch.cuda.synchronize()
-    host, total = [], []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        host.append((t1 - t0) / calls * 1e6)
-        total.append((t2 - t0) / calls * 1e6)
-    host.sort()
-    total.sort()
-    return {"host_us": round(host[len(host) // 2], 3), "total_us": round(total[len(total) // 2], 3),
-            "host_min_us": round(host[0], 3)}
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
 
 
 def measure(rows, a):
@@ -64,38 +58,74 @@ def measure(rows, a):
     kernel = ops.kernel_impl()
     op = torch.ops.flashjit.attention
     op_args = (q, k, v, None, None, 0, 0, None, None, None, None, 0.0, False, -1, -1, 0.0, False, False)
+    dense = torch.ops.flashjit.attention_dense
     qg = q.clone().requires_grad_()
     none = contextlib.nullcontext
-    cases = [("op (%s kernel)" % kernel, lambda: op(*op_args), none, MODES),
-             ("flash_attn_func (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(q, k, v), none, MODES),
+    stub = ctypes.CDLL(a.stub_engine) if a.stub_engine and kernel == "cpp" else None
+    bind_stub = (lambda: _bind(stub, "stub_forward_v2", "stub_workspace_size_v2", "stub_last_error")) if stub else None
+    bind_real = (lambda: _bind(_library.get(), "flashjit_forward_v2", "flashjit_workspace_size_v2",
+                               "flashjit_last_error")) if stub else None
+    # (name, fn, context entered around each chunk, modes, before and after each chunk)
+    cases = [("op (%s kernel)" % kernel, lambda: op(*op_args), none, MODES, None, None),
+             ("dense op (%s kernel)" % kernel, lambda: dense(q, k, v, 0.0, False, -1, -1, 0.0), none, MODES, None,
+              None),
+             ("flash_attn_func (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(q, k, v), none, MODES, None,
+              None),
              ("flash_attn_func, q requires grad (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(qg, k, v), none,
-              ["grad"])]
+              ["grad"], None, None)]
     if not a.op_only:
         lib = _library.get()
         prepared = _abi.make_args_v2(q, k, v, torch.empty_like(q))
         stream = torch.cuda.current_stream().cuda_stream
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        cases.insert(0, ("ctypes (prepared)", lambda: _abi.forward_args(lib, prepared, stream), none, MODES))
+        cases.insert(0, ("ctypes (prepared)", lambda: _abi.forward_args(lib, prepared, stream), none, MODES, None,
+                         None))
+        # The same call planned as forward plans it, nothing launched: the engine's share without the launch.
+        cases.insert(1, ("ctypes (prepared), workspace_size: no launch", lambda: _abi.workspace_size(lib, prepared, stream),
+                         none, MODES, None, None))
         for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION)):
             cases.append((name, lambda: F.scaled_dot_product_attention(qt, kt, vt),
-                          lambda backend=backend: sdpa_kernel(backend), MODES))  # entered once per mode
-    if a.stub_engine and kernel == "cpp":
-        cases.append(("op (cpp kernel, engine stubbed)", lambda: op(*op_args), none, MODES))
-    for name, fn, outer, modes in cases:
-        if "stubbed" in name:
-            _bind(ctypes.CDLL(a.stub_engine), "stub_forward_v2", "stub_workspace_size_v2", "stub_last_error")
-        rows[name] = {}
-        for mode in modes:
-            try:
-                with outer(), MODES[mode]():
-                    rows[name][mode] = r = per_call_us(fn, a.calls, a.rounds)
-            except RuntimeError as e:  # e.g. a backend this GPU or problem lacks
-                rows[name][mode] = {"error": str(e).splitlines()[0]}
-                print("%-46s %-15s failed: %s" % (name, mode, rows[name][mode]["error"]), flush=True)
+                          lambda backend=backend: sdpa_kernel(backend), MODES, None, None))
+    if stub:
+        cases.append(("op (cpp kernel, engine stubbed)", lambda: op(*op_args), none, MODES, bind_stub, bind_real))
+        cases.append(("dense op (cpp kernel, engine stubbed)", lambda: dense(q, k, v, 0.0, False, -1, -1, 0.0), none,
+                      MODES, bind_stub, bind_real))
+    for mode in MODES:
+        here = [c for c in cases if mode in c[3]]
+        samples = {c[0]: ([], []) for c in here}
+        failed = {}
+        # Rounds in A B .. B A order, every case once a round: a drift of the host's clocks or load
+        # falls on all of them alike.
+        for r in range(a.rounds + 1):
+            for name, fn, outer, _, before, after in (here if r % 2 == 0 else here[::-1]):
+                if name in failed:
+                    continue
+                try:
+                    with outer(), MODES[mode]():
+                        if before:
+                            before()
+                        try:
+                            host, total = time_calls(fn, 50 if r == 0 else a.calls)  # round 0 warms up
+                        finally:
+                            if after:
+                                after()
+                except RuntimeError as e:  # e.g. a backend this GPU or problem lacks
+                    failed[name] = str(e).splitlines()[0]
+                    continue
+                if r > 0:
+                    samples[name][0].append(host)
+                    samples[name][1].append(total)
+        for name, fn, *_ in here:
+            rows.setdefault(name, {})
+            if name in failed:
+                rows[name][mode] = {"error": failed[name]}
+                print("%-46s %-15s failed: %s" % (name, mode, failed[name]), flush=True)
                 continue
-            print("%-46s %-15s %8.2f us host  %8.2f us total" % (name, mode, r["host_us"], r["total_us"]), flush=True)
-        if "stubbed" in name:
-            _bind(_library.get(), "flashjit_forward_v2", "flashjit_workspace_size_v2", "flashjit_last_error")
+            host, total = (sorted(x) for x in samples[name])
+            rows[name][mode] = r = {"host_us": round(host[len(host) // 2], 3), "total_us": round(total[len(total) // 2], 3),
+                                    "host_min_us": round(host[0], 3)}
+            print("%-46s %-15s %8.2f us host  %8.2f us total  (min %.2f)" % (name, mode, r["host_us"], r["total_us"],
+                                                                          r["host_min_us"]), flush=True)
 
 
 def _bind(lib, forward, workspace_size, last_error):

@@ -36,7 +36,7 @@ using Tensor = torch::stable::Tensor;
 using OptTensor = std::optional<Tensor>;
 
 // Bumped when flashjit_torch_op_bind's contract changes; ops.py refuses other values.
-constexpr int32_t kBindVersion = 2;  // 2: the schema's kv_starts
+constexpr int32_t kBindVersion = 3;  // 2: the schema's kv_starts; 3: attention_dense
 
 // The library the Python package loaded, bound once before the first call (ops.py).
 struct Engine {
@@ -241,12 +241,15 @@ StreamIsCapturing stream_is_capturing() {
   return fn;
 }
 
-std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
+// Both operators' kernel: the output and, where `lse_output` (the general operator, which always
+// returns one), the LSE tensor ([0] unless return_lse).
+std::pair<Tensor, OptTensor> attention(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& cu_seqlens_q,
                                      const OptTensor& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
                                      const OptTensor& kv_lens, const OptTensor& block_table,
                                      const OptTensor& alibi_slopes, const OptTensor& sinks, double softmax_scale,
                                      bool causal, int64_t window_left, int64_t window_right, double softcap,
-                                     bool return_lse, bool check, const OptTensor& kv_starts, bool on_cpu) {
+                                     bool return_lse, bool check, const OptTensor& kv_starts, bool on_cpu,
+                                     bool lse_output) {
   check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks, kv_starts, on_cpu);
   if (!g_engine.engine) fail("flashjit: the C++ kernel has no engine bound (flashjit.ops binds it on import)");
   const bool varlen = cu_seqlens_q.has_value();
@@ -269,7 +272,8 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
     lse_shape[0] = q_sizes[0], lse_shape[1] = q_sizes[2], lse_shape[2] = q_sizes[1];
   }
   Tensor out = empty(out_shape, q_dim, dtype, device);
-  Tensor lse = empty(lse_shape, lse_dim, aoti_torch_dtype_float32(), device);
+  OptTensor lse;
+  if (lse_output || return_lse) lse = empty(lse_shape, lse_dim, aoti_torch_dtype_float32(), device);
 
   // ops.c_args: flashjit_attention_args_v2 and the option structs it points at.
   flashjit_attention_args_v2 args{};
@@ -286,9 +290,9 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
   fill_tensor(args.v, v, code);
   fill_tensor(args.o, out, code);
   if (return_lse) {  // the ABI's [batch, heads_q, seq_q]: the varlen [heads, total] as unsqueeze(0)
-    const auto sizes = lse.sizes();
-    const auto strides = lse.strides();
-    lse_view.data = static_cast<float*>(lse.data_ptr());
+    const auto sizes = lse->sizes();
+    const auto strides = lse->strides();
+    lse_view.data = static_cast<float*>(lse->data_ptr());
     const size_t lead = varlen ? 1 : 0;
     if (lead) {
       lse_view.shape[0] = 1;
@@ -360,28 +364,26 @@ std::tuple<Tensor, Tensor> attention(const Tensor& q, const Tensor& k, const Ten
   return {out, lse};
 }
 
-std::tuple<Tensor, Tensor> attention_cuda(Tensor q, Tensor k, Tensor v, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
-                                          int64_t max_seqlen_q, int64_t max_seqlen_k, OptTensor kv_lens,
-                                          OptTensor block_table, OptTensor alibi_slopes, OptTensor sinks,
-                                          double softmax_scale, bool causal, int64_t window_left,
-                                          int64_t window_right, double softcap, bool return_lse, bool check,
-                                          OptTensor kv_starts) {
-  return attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                   alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check,
-                   kv_starts, false);
+// torch.ops.flashjit.attention's kernel; on_cpu: the tests' CPU registration.
+template <bool kOnCpu>
+std::tuple<Tensor, Tensor> attention_op(Tensor q, Tensor k, Tensor v, OptTensor cu_seqlens_q, OptTensor cu_seqlens_k,
+                                        int64_t max_seqlen_q, int64_t max_seqlen_k, OptTensor kv_lens,
+                                        OptTensor block_table, OptTensor alibi_slopes, OptTensor sinks,
+                                        double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+                                        double softcap, bool return_lse, bool check, OptTensor kv_starts) {
+  auto [out, lse] = attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
+                              alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
+                              return_lse, check, kv_starts, kOnCpu, true);
+  return {out, *lse};
 }
 
-// The same kernel on CPU tensors, for tests without a GPU (flashjit_torch_op_register(1, 1)):
-// checks, allocation and packing as on CUDA, then the bound forward with no stream.
-std::tuple<Tensor, Tensor> attention_cpu_testing(Tensor q, Tensor k, Tensor v, OptTensor cu_seqlens_q,
-                                                 OptTensor cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                                                 OptTensor kv_lens, OptTensor block_table, OptTensor alibi_slopes,
-                                                 OptTensor sinks, double softmax_scale, bool causal,
-                                                 int64_t window_left, int64_t window_right, double softcap,
-                                                 bool return_lse, bool check, OptTensor kv_starts) {
-  return attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-                   alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, return_lse, check,
-                   kv_starts, true);
+// torch.ops.flashjit.attention_dense's kernel: no side arrays, no LSE, no checked mode.
+template <bool kOnCpu>
+Tensor attention_dense_op(Tensor q, Tensor k, Tensor v, double softmax_scale, bool causal, int64_t window_left,
+                          int64_t window_right, double softcap) {
+  return attention(q, k, v, std::nullopt, std::nullopt, 0, 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                   softmax_scale, causal, window_left, window_right, softcap, false, false, std::nullopt, kOnCpu, false)
+      .first;
 }
 
 // The registrations flashjit_torch_op_register made: [0] CUDA, [1] the tests' CPU.
@@ -406,7 +408,7 @@ FLASHJIT_TORCH_OP_EXPORT int32_t flashjit_torch_op_bind(void* engine, void* forw
   return 0;
 }
 
-// Registers (on != 0) or drops this kernel as flashjit::attention's implementation for the CUDA
+// Registers (on != 0) or drops these kernels as flashjit::attention's and attention_dense's for the CUDA
 // key (key 0) or, for tests without a GPU, the CPU key (key 1, taking CPU tensors). Registration
 // waits for this call rather than the library's loading, so that ops.py binds the engine first and
 // keeps its Python kernel when anything here does not fit. Returns 0, or nonzero on failure.
@@ -417,7 +419,13 @@ FLASHJIT_TORCH_OP_EXPORT int32_t flashjit_torch_op_register(int32_t key, int32_t
     if (on && !registered) {
       registered = std::make_unique<torch::stable::detail::StableLibrary>(
           torch::stable::detail::StableLibrary::Kind::IMPL, "flashjit", key ? "CPU" : "CUDA", __FILE__, __LINE__);
-      registered->impl("attention", key ? TORCH_BOX(&attention_cpu_testing) : TORCH_BOX(&attention_cuda));
+      if (key) {
+        registered->impl("attention", TORCH_BOX(&attention_op<true>));
+        registered->impl("attention_dense", TORCH_BOX(&attention_dense_op<true>));
+      } else {
+        registered->impl("attention", TORCH_BOX(&attention_op<false>));
+        registered->impl("attention_dense", TORCH_BOX(&attention_dense_op<false>));
+      }
     } else if (!on) {
       registered.reset();
     }

@@ -60,6 +60,9 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     the probabilities. sinks (fp32 [heads_q], flashjit's addition): per-head logits that join each
     row's denominator (GPT-OSS)."""
     _no_dropout(dropout_p)
+    if alibi_slopes is None and sinks is None and not return_attn_probs:  # the dense operator, directly
+        left, right = _window(window_size, causal)
+        return ops.dense(q, k, v, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0))
     out, lse = _attention(q, k, v, alibi_slopes=alibi_slopes, sinks=sinks, softmax_scale=softmax_scale, causal=causal,
                           window_size=window_size, softcap=softcap, return_lse=return_attn_probs)
     return (out, lse, None) if return_attn_probs else out

@@ -204,6 +204,27 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, 
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
 
 
+# The common call as an operator of its own: dense q, k, v, no side arrays, no LSE, no checked
+# mode. 8 arguments and one output where the general operator takes 19 and returns two: the
+# dispatcher's conversions and an allocation fewer per call (bench/NOTES.md entry 28).
+_DENSE_SCHEMA = ("attention_dense(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left, "
+                 "int window_right, float softcap) -> Tensor")
+_LIBRARY.define(_DENSE_SCHEMA)
+
+
+def attention_dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, window_left: int,
+                    window_right: int, softcap: float) -> Tensor:
+    """torch.ops.flashjit.attention_dense's CUDA kernel: the general one's output, on dense q, k, v."""
+    return attention(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left, window_right,
+                     softcap, False, False)[0]
+
+
+@torch.library.register_fake("flashjit::attention_dense", lib=_LIBRARY)
+def _(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+    _check_inputs(q, k, v, None, None, None, None, None, None)
+    return q.new_empty(_out_shapes(q, v, False, False)[0])
+
+
 def direct_call_is_safe(tensors):
     """True where calling `attention` directly gives what the operator would: CUDA tensors (the
     first is the query), no compiler, tracer, dispatch or function mode, functorch transform, or
@@ -224,7 +245,7 @@ def direct_call_is_safe(tensors):
 # ---- The CUDA kernel: C++ (libflashjit_torch_op.so) when it loads, else the Python one. ----
 
 TORCH_OP_LIBRARY = "libflashjit_torch_op.so"
-_TORCH_OP_VERSION = 2  # flashjit_torch_op_version() this module speaks to
+_TORCH_OP_VERSION = 3  # flashjit_torch_op_version() this module speaks to
 _TORCH_OP_MIN_TORCH = (2, 10)  # its TORCH_TARGET_VERSION
 
 
@@ -274,6 +295,7 @@ def _load_cpp_kernel():
 _TORCH_OP, _PYTHON_KERNEL_WHY = _load_cpp_kernel()
 if _TORCH_OP is None:
     _LIBRARY.impl("attention", attention, "CUDA")
+    _LIBRARY.impl("attention_dense", attention_dense, "CUDA")
 
 
 def kernel_impl():
@@ -479,17 +501,43 @@ _TRAIN_OVERLOAD = torch.ops.flashjit.attention_train.default
 _LIBRARY.impl("attention_train", _train_autograd, "Autograd", with_keyset=True)
 
 _OP = torch.ops.flashjit.attention
+_DENSE_OP = torch.ops.flashjit.attention_dense
+# The overloads' own callables (what OpOverload.__call__ calls): eager calls skip that Python
+# frame. Traced code calls the operators themselves, which dynamo sees.
+_OP_CALL = getattr(_OP.default, "_op", _OP)
+_DENSE_CALL = getattr(_DENSE_OP.default, "_op", _DENSE_OP)
 
 
-def _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes,
-             sinks, *rest):
-    """The operator on a call autograd does not record."""
-    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks)
+def _forward(op, python_kernel, args, tensors):
+    """`op` (an overload's callable) on a call autograd does not record, outside a compiler
+    (`python_kernel`: its Python CUDA kernel, called directly where that changes nothing;
+    `tensors`: the call's tensors, q first)."""
     if _TORCH_OP is None:
-        return (attention if direct_call_is_safe((q, k, v, alibi_slopes, sinks)) else _OP)(*args, *rest)
+        return (python_kernel if direct_call_is_safe(tensors) else op)(*args)
     try:
-        return _OP(*args, *rest)
+        return op(*args)
     except RuntimeError as e:  # the C++ kernel's std::runtime_error: as the Python kernel raises it
+        if type(e) is not RuntimeError:
+            raise
+        raise FlashjitError(str(e)).with_traceback(e.__traceback__) from None
+
+
+def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, window_left: int, window_right: int,
+          softcap: float) -> Tensor:
+    """The output of attention on dense q, k, v with no side arrays and no LSE (call()'s most common
+    case, taken directly): flashjit::attention_dense, or where autograd records the call, call()'s
+    training route."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return call(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left,
+                    window_right, softcap, False, False)[0]
+    if torch.compiler.is_compiling():
+        return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    if _TORCH_OP is None:
+        return _forward(_DENSE_CALL, attention_dense, (q, k, v, softmax_scale, causal, window_left, window_right,
+                                                       softcap), (q, k, v))
+    try:  # _forward's C++ branch, inline: this is the path whose host time matters most
+        return _DENSE_CALL(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    except RuntimeError as e:
         if type(e) is not RuntimeError:
             raise
         raise FlashjitError(str(e)).with_traceback(e.__traceback__) from None
@@ -499,9 +547,10 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
          alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
          window_left: int, window_right: int, softcap: float, return_lse: bool,
-         check: bool, kv_starts: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+         check: bool, kv_starts: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """torch.ops.flashjit.attention (same arguments) for flashjit's public functions: the cheapest
-    route to its CUDA kernel, and where autograd records a call, flashjit::attention_train (the
+    route to its CUDA kernel (flashjit::attention_dense where nothing but q, k, v and the scalars is
+    given; the LSE is then None), and where autograd records a call, flashjit::attention_train (the
     operator with its LSE and a backward through flashjit::attention_backward)."""
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
             softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
@@ -515,8 +564,11 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
             _warn_if_backward_unsupported(args)
         out, lse = torch.ops.flashjit.attention_train(*args)
         return out, (lse if return_lse else lse.new_empty(0))
+    if (cu_seqlens_q is None and cu_seqlens_k is None and kv_lens is None and block_table is None and
+            alibi_slopes is None and sinks is None and kv_starts is None and not return_lse and not check):
+        return dense(q, k, v, softmax_scale, causal, window_left, window_right, softcap), None
     if kv_starts is not None:
         args += (kv_starts,)
     if torch.compiler.is_compiling():
         return _OP(*args)
-    return _forward(*args)
+    return _forward(_OP_CALL, attention, args, (q, k, v, alibi_slopes, sinks))

@@ -403,9 +403,9 @@ TEST_CASE("paged: max_pages * page_size is bounded without overflowing (issue 21
 TEST_CASE("paged: errors name the field the caller set and its rule (issue 21 G6)") {
   // A page size of 2^31 was reported as "sequence lengths must be at most 2^30".
   AttentionArgs a = make_paged(2, 32, std::int64_t(1) << 31);
-  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 2147483648"));
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 4096], got 2147483648"));
   a = make_paged(2, 32, 0);
-  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 256], got 0"));
+  CHECK(mentions(error_of(a), "k.shape[1] (page_size) is the page size with paged and must be in [1, 4096], got 0"));
   a = make_paged(2, 0, 16);
   CHECK(mentions(error_of(a), "k.shape[0] (pages) is the number of pages with paged and must be in [1, 2147483647], got 0"));
   a = make_paged();

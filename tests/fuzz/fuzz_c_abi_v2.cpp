@@ -1,12 +1,12 @@
 // The version 2 C ABI's validation, as a foreign caller reaches it: flashjit_precompile_v2 with
-// an arbitrary args struct (every option: varlen, window, ALiBi, sinks, kv_lens, paged caches;
+// an arbitrary args struct (every option: varlen, window, ALiBi, sinks, kv_lens, kv_starts, paged caches;
 // any struct_size and abi_version) and arch string (c_abi_fuzz_support.hpp says how, and what is
 // checked besides).
 //
 // Input: the bytes of a flashjit_attention_args_v2 (zero-filled when short). The lowest bit of
 // each of its struct pointers (lse, varlen, window, alibi, paged) says whether that struct
 // follows, in that order (zero-filled when short); the other pointers (tensor data, sinks,
-// kv_lens and those inside the structs) are device addresses, never read, taken as given. Then
+// kv_lens, kv_starts and those inside the structs) are device addresses, never read, taken as given. Then
 // the arch string (up to a NUL; "sm_80" when empty); what remains lands right after the struct,
 // where a newer caller's fields would be (the library reads up to struct_size bytes, at most
 // 4096). tests/fuzz/make_corpus.py writes the seeds.
@@ -78,7 +78,7 @@ void check_accepted(const Caller& c) {
     const flashjit_paged_kv& pk = *a.paged;
     const std::int64_t page_size = a.k.shape[1];
     check(a.kv_lens != nullptr, "accepted paged without kv_lens");
-    check(page_size >= 1 && page_size <= 256, "accepted a page size out of [1, 256]");
+    check(page_size >= 1 && page_size <= 4096, "accepted a page size out of [1, 4096]");
     check(a.k.shape[0] >= 1 && a.k.shape[0] <= 0x7fffffff, "accepted a page count out of int32");
     check(pk.max_pages >= 1 && u128(pk.max_pages) * u128(page_size) <= u128(kMaxSeqLen),
           "accepted paged.max_pages * page size out of [1, 2^30]");
@@ -88,6 +88,7 @@ void check_accepted(const Caller& c) {
     check(a.k.shape[1] <= kMaxSeqLen, "accepted k.shape[1] past 2^30");
   }
   if (a.kv_lens) reads.push_back(array_range(a.kv_lens, 1, sequences, 0, 4, "kv_lens"));
+  if (a.kv_starts) reads.push_back(array_range(a.kv_starts, 1, sequences, 0, 4, "kv_starts"));
   if (a.sinks) reads.push_back(array_range(a.sinks, 1, Hq, 0, 4, "sinks"));
   if (a.alibi) {
     check(a.alibi->batch_stride >= 0, "accepted a negative alibi.batch_stride");

@@ -104,11 +104,13 @@ def reference_launch(q, k, v, out, lse, **options):
 
 @pytest.fixture
 def cpu_reference_kernel():
-    """torch.ops.flashjit.attention runs the float64 reference on CPU tensors for the test."""
+    """torch.ops.flashjit.attention (and attention_dense) run the float64 reference on CPU tensors for the test."""
     import torch
     import flashjit.ops  # noqa: F401  (defines the operator)
     lib = torch.library.Library("flashjit", "IMPL", "CPU")
     lib.impl("attention", reference_attention, "CPU")
+    lib.impl("attention_dense", lambda q, k, v, *scalars: reference_attention(
+        q, k, v, **dict(zip(("softmax_scale", "causal", "window_left", "window_right", "softcap"), scalars)))[0], "CPU")
     yield
     lib._destroy()
 

@@ -52,7 +52,7 @@ FA3 = {
 
 @pytest.fixture
 def shim(monkeypatch):
-    """(fa2, fa3, calls): the shim's modules with flashjit's _attention recording its calls."""
+    """(fa2, fa3, calls): the shim's modules with flashjit's _attention (and ops.dense) recording its calls."""
     monkeypatch.syspath_prepend(str(SHIM))
     for name in [m for m in sys.modules if m == "flash_attn" or m.startswith("flash_attn.") or
                  m == "flash_attn_interface"]:
@@ -65,6 +65,10 @@ def shim(monkeypatch):
         return q.new_zeros(tuple(q.shape[:-1]) + (v.shape[-1],)), torch.zeros(1)
 
     monkeypatch.setattr(interface, "_attention", record)
+    # flash_attn_func's dense calls take ops.dense directly (scale 0: the default; windows as normalized).
+    monkeypatch.setattr(interface.ops, "dense", lambda q, k, v, scale, causal, left, right, softcap: record(
+        q, k, v, softmax_scale=scale or None, causal=causal, window_size=(left, right), softcap=softcap,
+        return_lse=False)[0])
     fa2 = importlib.import_module("flash_attn")
     fa3 = importlib.import_module("flash_attn_interface")
     assert pathlib.Path(fa2.__file__).parent.parent == SHIM and pathlib.Path(fa3.__file__).parent == SHIM
@@ -213,6 +217,14 @@ def test_deterministic_is_refused_only_where_autograd_records(shim, version, cal
         call(module, q)
     call(module, q.detach())
     assert len(calls) == 2
+
+
+def test_deterministic_runs_in_the_forward_only_copies(shim, monkeypatch):
+    """bench/device_fa_tests.sh MODE=forward drops every backward call: nothing to refuse."""
+    fa2, _, calls = shim
+    monkeypatch.setenv("FA_COMPAT_MODE", "forward")
+    fa2.flash_attn_func(*(torch.randn(1, 5, 2, 8, requires_grad=True) for _ in range(3)), deterministic=True)
+    assert len(calls) == 1
 
 
 # ---- the tally (fa_compat_plugin) and the runner's modes, on synthetic test files -----------------

@@ -226,7 +226,7 @@ def test_torch_export_keeps_the_op():
         assert "flashjit.attention_train.default" in [str(n.target) for n in ep.graph.nodes]
         with torch.no_grad():
             ep = torch.export.export(Block(), (fake(2, 128, 512),))
-        assert "flashjit.attention.default" in [str(n.target) for n in ep.graph.nodes]
+        assert "flashjit.attention_dense.default" in [str(n.target) for n in ep.graph.nodes]
 
 
 def meta(*shape, dtype=torch.bfloat16):

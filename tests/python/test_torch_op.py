@@ -63,7 +63,7 @@ def test_a_library_for_another_binding_version_is_refused(monkeypatch):
     _needs_cpp_kernel()
     monkeypatch.setattr(ops, "_TORCH_OP_VERSION", 0)
     op, why = ops._load_cpp_kernel()
-    assert op is None and "speaks version 2" in why
+    assert op is None and "speaks version 3" in why
 
 
 def test_the_package_runs_on_the_python_kernel_without_the_library():
@@ -192,6 +192,25 @@ def test_the_cpp_kernel_packs_what_the_python_binding_packs(recorder, case):
     assert recorder.calls[0] == _fields(want)
 
 
+@pytest.mark.parametrize("scalars", [dict(), dict(softmax_scale=0.3, causal=True, window_left=7, window_right=0),
+                                     dict(window_left=3, window_right=5, softcap=20.0)])
+def test_the_dense_operator_packs_what_the_general_one_packs(recorder, scalars):
+    """attention_dense (q, k, v and the scalars, no LSE): the same arguments reach the library, one
+    output, and ops.call takes it for such calls."""
+    q, k, v = torch.randn(2, 8, 4, 64), torch.randn(2, 16, 2, 64), torch.randn(2, 16, 2, 32)
+    o = dict(_DEFAULTS, **scalars)
+    out = torch.ops.flashjit.attention_dense(q, k, v, *(o[n] for n in ("softmax_scale", "causal", "window_left",
+                                                                       "window_right", "softcap")))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 8, 4, 32) and out.is_contiguous()
+    torch.ops.flashjit.attention(*_op_args(q, k, v, scalars))
+    assert len(recorder.calls) == 2
+    def without_output_address(call):
+        return {name: value for name, value in call.items() if name != "o.data"}
+    assert without_output_address(recorder.calls[0]) == without_output_address(recorder.calls[1])
+    out, lse = ops.call(*_op_args(q, k, v, scalars))
+    assert lse is None and len(recorder.calls) == 3
+
+
 def test_the_cpp_kernel_raises_the_library_message(recorder):
     q = torch.randn(1, 8, 2, 64)
     recorder.status = 1
@@ -308,4 +327,4 @@ def test_compiled_code_that_autograd_records_takes_the_training_operator():
             torch.compile(step, backend=backend, fullgraph=True)(q)
     torch._dynamo.reset()
     assert "flashjit.attention_train" in graphs[0]
-    assert "flashjit.attention" in graphs[1] and "flashjit.attention_train" not in graphs[1]
+    assert "flashjit.attention_dense" in graphs[1] and "flashjit.attention_train" not in graphs[1]
