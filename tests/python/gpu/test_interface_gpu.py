@@ -112,7 +112,7 @@ def test_flash_attn_varlen_func_with_an_empty_sequence(reference, causal, window
     torch.testing.assert_close(lse[finite], want_lse[finite], atol=LSE_TOLERANCE, rtol=LSE_TOLERANCE)
 
 
-@pytest.mark.parametrize("page_size", [16, 256])
+@pytest.mark.parametrize("page_size", [16, 256, 512])
 def test_flash_attn_varlen_func_over_pages(reference, page_size):
     torch.manual_seed(3)
     lens_q, lens_k = [5, 1, 64], [300, 17, 64]
