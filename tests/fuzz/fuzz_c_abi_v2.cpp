@@ -113,6 +113,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   flashjit_attention_args_v2& a = c.args;
   std::size_t used = std::min(size, sizeof a);
   std::memcpy(&a, data, used);
+  // The library reads struct_size bytes and takes the rest as zero (an older caller's struct,
+  // e.g. one without kv_starts): so does this copy, or the checks would hold the library to
+  // fields it never saw. The size and version stay as given.
+  const std::size_t seen = std::max(offsetof(flashjit_attention_args_v2, q), std::min<std::size_t>(a.struct_size, sizeof a));
+  std::memset(reinterpret_cast<unsigned char*>(&a) + seen, 0, sizeof a - seen);
   read_optional(a.lse, c.lse, data, size, used);
   read_optional(a.varlen, c.varlen, data, size, used);
   read_optional(a.window, c.window, data, size, used);
