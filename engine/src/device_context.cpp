@@ -27,6 +27,15 @@ Result<DeviceContextInfo> with_sm_margin(const DeviceContextInfo& info, int sm_m
   return out;
 }
 
+Result<UsableDevice> usable_device(const DeviceContextInfo& info, int sm_margin) {
+  UsableDevice d{&info, std::nullopt};
+  if (sm_margin == 0) return d;
+  auto reduced = with_sm_margin(info, sm_margin);
+  if (!reduced.ok()) return std::move(reduced).error();
+  d.reduced = std::move(reduced).value();
+  return d;
+}
+
 DeviceContexts::DeviceContexts() : id_(g_next_id.fetch_add(1)) {}
 
 Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, CUcontext ctx) {
@@ -59,6 +68,27 @@ Result<const DeviceContextInfo*> DeviceContexts::info(const DriverLibrary& drv, 
   const DeviceContextInfo* stored = &map_.try_emplace(ctx, std::move(info)).first->second;
   t_last = {id_, ctx, stored};
   return stored;
+}
+
+Result<CallContext> DeviceContexts::call_context(CUstream stream, const char* needs) {
+  auto drv_r = DriverLibrary::get();
+  if (!drv_r.ok()) return std::move(drv_r).error();
+  const DriverLibrary& drv = *drv_r.value();
+  CUcontext ctx = nullptr;
+  FJ_CU(drv, cuCtxGetCurrent(&ctx));
+  if (!ctx)
+    return Error(Code::invalid_argument, std::string(needs) +
+                                             " needs a current CUDA context on this thread: make one current "
+                                             "(cudaSetDevice / cuCtxSetCurrent) before calling");
+  if (stream) {
+    CUcontext stream_ctx = nullptr;
+    FJ_CU(drv, cuStreamGetCtx(stream, &stream_ctx));
+    if (stream_ctx != ctx)
+      return Error(Code::invalid_argument, "stream belongs to another CUDA context than the calling thread's current one");
+  }
+  auto found = info(drv, ctx);
+  if (!found.ok()) return std::move(found).error();
+  return CallContext{drv, ctx, *found.value()};
 }
 
 }  // namespace flashjit

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -31,6 +32,22 @@ inline constexpr int kMaxSmMargin = 4096;
 // split counts size to the rest. INVALID_ARGUMENT when no SM would be left.
 Result<DeviceContextInfo> with_sm_margin(const DeviceContextInfo& info, int sm_margin);
 
+// The device as one call may use it: all of it, or all but a margin. Only a margin copies the
+// device's description; calls without one use the stored one.
+struct UsableDevice {
+  const DeviceContextInfo* info;
+  std::optional<DeviceContextInfo> reduced;
+  const DeviceContextInfo& operator*() const { return reduced ? *reduced : *info; }
+};
+Result<UsableDevice> usable_device(const DeviceContextInfo& info, int sm_margin);
+
+// The device and context a call runs in, read once per call.
+struct CallContext {
+  const DriverLibrary& drv;
+  CUcontext ctx;
+  const DeviceContextInfo& info;
+};
+
 class DeviceContexts {
  public:
   DeviceContexts();
@@ -38,6 +55,10 @@ class DeviceContexts {
   // not copy the device name on every call. A thread asking again for the context it asked
   // for last takes no lock.
   Result<const DeviceContextInfo*> info(const DriverLibrary& drv, CUcontext ctx);
+
+  // The driver, the calling thread's current context (which `stream` must belong to; null: the
+  // legacy default stream) and its device. `needs` names what needed a context, for the error.
+  Result<CallContext> call_context(CUstream stream, const char* needs = "a call");
 
  private:
   std::uint64_t id_;  // tells this registry from any other, past or future, at the same address

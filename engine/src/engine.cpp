@@ -5,11 +5,10 @@
 #include "flashjit/flashjit.hpp"
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <future>
 
 #include "device_context.hpp"
+#include "engine_options.hpp"
 #include "kernel_loader.hpp"
 #include "metadata_check.hpp"
 #include "cudalib/nvrtc_library.hpp"
@@ -20,40 +19,6 @@
 #include "workspace_pool.hpp"
 
 namespace flashjit {
-
-namespace {
-
-// The options as given, with what the environment says where they leave a choice open.
-EngineOptions with_env(EngineOptions o) {
-  if (!o.log) {
-    const char* env = std::getenv("FLASHJIT_LOG");
-    if (env && *env && std::string(env) != "0")
-      o.log = [](const std::string& m) { std::fprintf(stderr, "[flashjit] %s\n", m.c_str()); };
-  }
-  if (const char* d = std::getenv("FLASHJIT_DISK_CACHE"); d && std::string(d) == "0") o.disk_cache = false;
-  if (!o.check_metadata) {
-    const char* c = std::getenv("FLASHJIT_CHECK");
-    o.check_metadata = c && std::string(c) == "1";
-  }
-  if (!o.sm_margin) {
-    const char* m = std::getenv("FLASHJIT_SM_MARGIN");
-    int value = 0;
-    if (m && *m) {
-      char* end = nullptr;
-      const long parsed = std::strtol(m, &end, 10);
-      // A bad value is ignored with a note in the log rather than failing every call.
-      if (*end == 0 && parsed >= 0 && parsed <= kMaxSmMargin)
-        value = int(parsed);
-      else if (o.log)
-        o.log(std::string("FLASHJIT_SM_MARGIN='") + m + "' is not a whole number 0 to " + std::to_string(kMaxSmMargin) +
-              ": ignored");
-    }
-    o.sm_margin = value;
-  }
-  return o;
-}
-
-}  // namespace
 
 class Engine::Impl {
  public:
@@ -112,14 +77,9 @@ class Engine::Impl {
   }
 
   Result<TuneReport> tune(const TuneRequest& req) {
-    auto drv = DriverLibrary::get();
-    if (!drv.ok()) return std::move(drv).error();
-    CUcontext ctx = nullptr;
-    FJ_CU(*drv.value(), cuCtxGetCurrent(&ctx));
-    if (!ctx) return Error(Code::invalid_argument, "tune needs a current CUDA context (the GPU to tune on)");
-    auto info = contexts_.info(*drv.value(), ctx);
-    if (!info.ok()) return std::move(info).error();
-    return tune_request(req, {*drv.value(), ctx, *info.value()}, loader_, planner_, options_.log);
+    auto call = contexts_.call_context(nullptr, "tune (the GPU to tune on)");
+    if (!call.ok()) return std::move(call).error();
+    return tune_request(req, *call, loader_, planner_, options_.log);
   }
 
   Result<PlanReport> default_plan(const Semantics& s, const Arch& arch, const ProblemShape* shape,
@@ -168,30 +128,7 @@ class Engine::Impl {
   }
 
  private:
-  // The driver, the calling thread's current context and its device, for a call on `stream`.
-  Result<CallContext> call_context(CUstream stream) {
-    auto drv = DriverLibrary::get();
-    if (!drv.ok()) return std::move(drv).error();
-    CUcontext ctx = nullptr;
-    auto info = current_context(*drv.value(), stream, ctx);
-    if (!info.ok()) return std::move(info).error();
-    return CallContext{*drv.value(), ctx, *info.value()};
-  }
-
-  // The calling thread's current context (which `stream` must belong to) and its device.
-  Result<const DeviceContextInfo*> current_context(const DriverLibrary& drv, CUstream stream, CUcontext& ctx) {
-    FJ_CU(drv, cuCtxGetCurrent(&ctx));
-    if (!ctx)
-      return Error(Code::invalid_argument,
-                   "no current CUDA context on this thread: make one current (cudaSetDevice / cuCtxSetCurrent) before calling");
-    if (stream) {
-      CUcontext stream_ctx = nullptr;
-      FJ_CU(drv, cuStreamGetCtx(stream, &stream_ctx));
-      if (stream_ctx != ctx)
-        return Error(Code::invalid_argument, "stream belongs to another CUDA context than the calling thread's current one");
-    }
-    return contexts_.info(drv, ctx);
-  }
+  Result<CallContext> call_context(CUstream stream) { return contexts_.call_context(stream); }
 
   // The plan of the family of `pass` that serves the problem (the first by priority that accepts it).
   Result<std::shared_ptr<const Plan>> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream,
@@ -215,21 +152,10 @@ class Engine::Impl {
     return std::uint64_t(meter.bytes());
   }
 
-  // The device as this call may use it: all of it, or all but its sm_margin (else the engine's).
-  // Only a margin copies the device's description; calls without one use the stored one.
-  struct UsableDevice {
-    const DeviceContextInfo* info;
-    std::optional<DeviceContextInfo> reduced;
-    const DeviceContextInfo& operator*() const { return reduced ? *reduced : *info; }
-  };
+  // The device as this call may use it: all but its sm_margin, else the engine's.
   Result<UsableDevice> usable_device(const CallContext& call, const AttentionProblem& problem) const {
     const int margin = problem.args->sm_margin > 0 ? problem.args->sm_margin : sm_margin_.load(std::memory_order_relaxed);
-    UsableDevice d{&call.info, std::nullopt};
-    if (margin == 0) return d;
-    auto reduced = with_sm_margin(call.info, margin);
-    if (!reduced.ok()) return std::move(reduced).error();
-    d.reduced = std::move(reduced).value();
-    return d;
+    return flashjit::usable_device(call.info, margin);
   }
 
   // One call's launches: the family's plan, with the caller's workspace or else the stream's,

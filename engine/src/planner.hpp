@@ -28,13 +28,6 @@ struct Plan {
   LoadedModule module;
 };
 
-// The device and context a call runs in, read once per call.
-struct CallContext {
-  const DriverLibrary& drv;
-  CUcontext ctx;
-  const DeviceContextInfo& info;
-};
-
 class Planner {
  public:
   Planner(const EngineOptions& options, KernelLoader& loader) : options_(options), loader_(loader) {}
