@@ -29,9 +29,9 @@ void fill_attention_params(const AttentionProblem& pr, FjAttentionParams& p) {
     p.alibi_slopes = a.alibi->slopes;
     p.alibi_batch_stride = a.alibi->batch_stride;
   }
-  p.sinks = a.sinks;
-  p.kv_lens = a.kv_lens;
-  p.kv_starts = a.kv_starts;
+#define FJ_FILL_DEVICE_ARRAY(elem, field, extent, constant, tag, why) p.field = a.field;
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_FILL_DEVICE_ARRAY)
+#undef FJ_FILL_DEVICE_ARRAY
   if (a.paged) {
     p.block_table = a.paged->block_table;
     p.table_stride = a.paged->table_stride;

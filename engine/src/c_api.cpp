@@ -145,9 +145,9 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
                         a.varlen->max_seqlen_k};
   if (a.window) out.window = Window{a.window->left, a.window->right};
   if (a.alibi) out.alibi = Alibi{a.alibi->slopes, a.alibi->batch_stride};
-  out.sinks = a.sinks;
-  out.kv_lens = a.kv_lens;
-  out.kv_starts = a.kv_starts;
+#define FJ_CONVERT_DEVICE_ARRAY(elem, field, extent, constant, tag, why) out.field = a.field;
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_CONVERT_DEVICE_ARRAY)
+#undef FJ_CONVERT_DEVICE_ARRAY
   if (a.paged) out.paged = PagedKv{a.paged->block_table, a.paged->table_stride, a.paged->max_pages};
   if (a.flags & ~FLASHJIT_CHECK_METADATA)
     return Error(Code::unsupported, "args.flags sets bits this flashjit does not know: " + std::to_string(a.flags));

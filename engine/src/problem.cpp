@@ -154,7 +154,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
     return bad(dim("k", 1) + " must be at most 2^30, got " + std::to_string(Sk));
 
   const std::size_t elem = dtype_size(dt);
-  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, esinks, ekvlens, ekvstarts, etable;
+  Extent eq, ek, ev, eo, el, ecq, eck, ealibi, etable;
   FJ_TRY(check_layout("q", a.q.data, a.q.shape, a.q.stride, elem, false, &eq));
   FJ_TRY(check_layout("k", a.k.data, a.k.shape, a.k.stride, elem, false, &ek));
   FJ_TRY(check_layout("v", a.v.data, a.v.shape, a.v.stride, elem, false, &ev));
@@ -173,8 +173,6 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (paged)
     FJ_TRY(check_array("paged.block_table", a.paged->block_table, a.paged->max_pages, a.paged->table_stride, batch,
                        sizeof(std::int32_t), &etable));
-  if (a.kv_lens) FJ_TRY(check_array("kv_lens", a.kv_lens, batch, 0, 1, sizeof(std::int32_t), &ekvlens));
-  if (a.kv_starts) FJ_TRY(check_array("kv_starts", a.kv_starts, batch, 0, 1, sizeof(std::int32_t), &ekvstarts));
   if (a.lse) {
     const LseView& l = *a.lse;
     const std::int64_t want[3] = {B, Hq, Sq};
@@ -219,12 +217,21 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
       return bad("alibi.batch_stride must be >= 0, got " + std::to_string(a.alibi->batch_stride));
     FJ_TRY(check_array("alibi.slopes", a.alibi->slopes, Hq, a.alibi->batch_stride, batch, sizeof(float), &ealibi));
   }
-  if (a.sinks) FJ_TRY(check_array("sinks", a.sinks, Hq, 0, 1, sizeof(float), &esinks));
   // The kernel reads these while writing o and lse: they must not share memory.
   for (const auto& [name, e] : {std::pair<const char*, const Extent*>{"varlen.cu_seqlens_q", &ecq}, {"varlen.cu_seqlens_k", &eck},
-                                {"alibi.slopes", &ealibi}, {"sinks", &esinks}, {"kv_lens", &ekvlens},
-                                {"kv_starts", &ekvstarts}, {"paged.block_table", &etable}})
+                                {"alibi.slopes", &ealibi}, {"paged.block_table", &etable}})
     if (overlaps(*e, eo) || overlaps(*e, el)) return bad(std::string(name) + " must not overlap o or lse in memory");
+  // The per-call device arrays (flashjit/device_arrays.h): `extent` elements in bounds, apart from
+  // o and lse like the arrays above.
+  const std::int64_t heads_q = Hq;
+#define FJ_CHECK_DEVICE_ARRAY(elem, field, extent, constant, tag, why)                                         \
+  if (a.field) {                                                                                               \
+    Extent e;                                                                                                  \
+    FJ_TRY(check_array(#field, a.field, extent, 0, 1, sizeof(elem), &e));                                      \
+    if (overlaps(e, eo) || overlaps(e, el)) return bad(#field " must not overlap o or lse in memory");         \
+  }
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_CHECK_DEVICE_ARRAY)
+#undef FJ_CHECK_DEVICE_ARRAY
 
   // Every size is bounded now: the families multiply a batch, a head count and a length (query
   // blocks, tiles, workspace rows) in int64 without checks.
@@ -245,9 +252,9 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   s.window = window;
   s.softcap = a.softcap.has_value();
   s.alibi = a.alibi.has_value();
-  s.sinks = a.sinks != nullptr;
-  s.kv_lens = a.kv_lens != nullptr;
-  s.kv_starts = a.kv_starts != nullptr;
+#define FJ_DEVICE_ARRAY_FLAG(elem, field, extent, constant, tag, why) s.field = a.field != nullptr;
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_DEVICE_ARRAY_FLAG)
+#undef FJ_DEVICE_ARRAY_FLAG
   s.paged = paged;
   s.vec = widest_vec({&a.q, &a.k, &a.v, &a.o}, elem);
   return out;

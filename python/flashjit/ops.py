@@ -149,17 +149,18 @@ def _launch_checked(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
         _run(lib, args, torch.cuda.current_stream(device).cuda_stream, device)
 
 
-def _run(lib, args, stream, device):
-    """One call on `stream`. While the stream is captured into a CUDA graph the workspace comes
-    from PyTorch's allocator (so from the graph's memory pool), not the engine's per-stream pool:
-    torch.cuda.graph, make_graphed_callables and torch.compile's CUDA graphs capture on streams
-    of their own, which eager calls never warmed up."""
+def _run(lib, args, stream, device, workspace_size=_abi.workspace_size, launch=_abi.forward_args):
+    """One call on `stream` (the forward's by default; the backward passes its own two functions).
+    While the stream is captured into a CUDA graph the workspace comes from PyTorch's allocator (so
+    from the graph's memory pool), not the engine's per-stream pool: torch.cuda.graph,
+    make_graphed_callables and torch.compile's CUDA graphs capture on streams of their own, which
+    eager calls never warmed up."""
     if torch.cuda.is_current_stream_capturing():
-        size = _abi.workspace_size(lib, args, stream)
+        size = workspace_size(lib, args, stream)
         if size:
             workspace = torch.empty(size, dtype=torch.uint8, device=device)
             args.workspace, args.workspace_bytes = workspace.data_ptr(), size
-    _abi.forward_args(lib, args, stream)
+    launch(lib, args, stream)
 
 
 # attention_train's schema is this one less kv_starts (the backward takes no key starts).
@@ -377,13 +378,7 @@ def launch_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
 
 
 def _run_backward(lib, args, stream, device):
-    """As _run: while the stream is captured, the workspace comes from PyTorch's allocator."""
-    if torch.cuda.is_current_stream_capturing():
-        size = _abi.backward_workspace_size(lib, args, stream)
-        if size:
-            workspace = torch.empty(size, dtype=torch.uint8, device=device)
-            args.workspace, args.workspace_bytes = workspace.data_ptr(), size
-    _abi.backward_args(lib, args, stream)
+    _run(lib, args, stream, device, _abi.backward_workspace_size, _abi.backward_args)
 
 
 _LIBRARY.impl("attention_backward", attention_backward, "CUDA")

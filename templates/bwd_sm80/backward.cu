@@ -100,7 +100,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int n0 = blockIdx.x * kBlockN;
   const int kv_head = blockIdx.y;
   const int group = kGqa ? f.group : 1;  // q-heads kv_head * group ... + group - 1 read this K/V
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(f, blockIdx.z);
+  const Sequence seq = sequence_of(f, blockIdx.z);
   const int left = f.window_left, right = window_right_of(f);
   const float score_scale = kScoresInLog2 ? 1.f : f.scale_log2;
   const int key_row0 = warp * kKeyRowsPerWarp;  // this warp's keys in the key phase, within the block

@@ -16,7 +16,7 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
   const int tid = threadIdx.x;
   const int m0 = blockIdx.x * kBlockM;
   const int head = blockIdx.y;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(f, blockIdx.z);
+  const Sequence seq = sequence_of(f, blockIdx.z);
   const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
   const float* accum = p.dq_accum + ws_row0 * kDQK;
   const int rows = min(kBlockM, seq.len_q - m0);

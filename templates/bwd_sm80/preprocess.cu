@@ -18,7 +18,7 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int m0 = blockIdx.x * kBlockM;
   const int head = blockIdx.y;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(f, blockIdx.z);
+  const Sequence seq = sequence_of(f, blockIdx.z);
   const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
 
   // D: one warp per row, its lanes striding the head dim; rows past the sequence get 0.

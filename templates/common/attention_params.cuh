@@ -5,6 +5,8 @@
 // it out alike.
 #pragma once
 
+#include "flashjit/device_arrays.h"
+
 struct FjAttentionParams {
   const void* q;
   const void* k;
@@ -14,9 +16,9 @@ struct FjAttentionParams {
   const int* cu_seqlens_q;    // varlen: [batch + 1] prefix sums of the packed rows
   const int* cu_seqlens_k;
   const float* alibi_slopes;  // alibi: [batch?, heads_q]
-  const float* sinks;         // sinks: [heads_q] logits
-  const int* kv_lens;         // kv_lens: [batch] keys each sequence uses
-  const int* kv_starts;       // kv_starts: [batch] each sequence's first key (left padding)
+#define FJ_PARAMS_DEVICE_ARRAY(elem, field, extent, constant, tag, why) const elem* field;
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_PARAMS_DEVICE_ARRAY)  // sinks [heads_q], kv_lens, kv_starts [batch]
+#undef FJ_PARAMS_DEVICE_ARRAY
   const int* block_table;     // paged: [batch, table_stride] the page of each page_size keys
 
   // Element strides of the logical [batch, seq, head, dim] views (varlen: batch is 1; paged k

@@ -5,6 +5,7 @@
 
 #include "common/attention_params.cuh"
 #include "common/ptx.cuh"
+#include "common/tile_io.cuh"
 
 namespace fj {
 
@@ -59,7 +60,6 @@ template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kT
 FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long long (&st)[4], int kv_head,
                                      const TilePages<kRows, kCols / kVec, kThreads>& pages, int rows_valid, int tid) {
   constexpr int kChunks = kCols / kVec;
-  constexpr int kBytes = kVec * int(sizeof(Elem));
   constexpr int kTotal = kRows * kChunks;
   const Elem* base = static_cast<const Elem*>(pool) + kv_head * st[2];
 #pragma unroll
@@ -73,11 +73,7 @@ FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long lo
     // Outside rows read nothing; their source only has to be an address (the pool's start).
     const Elem* src = inside ? base + pages.page[it] * st[0] + pages.slot[it] * st[1] + c * (kVec == 1 ? st[3] : 1)
                              : base;
-    if constexpr (kBytes >= 4) {
-      cp_async<kBytes>(dst, src, inside ? kBytes : 0);
-    } else {
-      *dst = inside ? *src : Elem(0);
-    }
+    copy_chunk_async<Elem, kVec>(dst, src, inside);
   }
 }
 

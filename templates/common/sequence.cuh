@@ -22,10 +22,11 @@ struct Sequence {
 // capacity of the sequence's table row; kv_lens then shortens the keys to what the sequence uses
 // (clamped to what is there), and kv_starts drops the left padding before its first key (clamped
 // to the end): key 0 of the sequence is then cache slot k_start, which paged lookups add too.
-template <bool kIsVarlen, bool kHasKvLens, bool kIsPaged, bool kHasKvStarts>
+// The variant's own constants (cfg::) choose the branches, so a new per-sequence semantic is a
+// branch here and nothing at the call sites.
 FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
   Sequence s;
-  if constexpr (kIsVarlen) {
+  if constexpr (cfg::kVarlen) {
     const int q0 = min(max(p.cu_seqlens_q[b], 0), p.total_q);
     s.q_start = q0;
     s.len_q = min(max(p.cu_seqlens_q[b + 1], q0), p.total_q) - q0;
@@ -35,10 +36,10 @@ FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
     s.len_q = p.seqlen_q;
     s.batch = b;
   }
-  if constexpr (kIsPaged) {
+  if constexpr (cfg::kPaged) {
     s.k_start = 0;
     s.len_k = p.max_pages * p.page_size;
-  } else if constexpr (kIsVarlen) {
+  } else if constexpr (cfg::kVarlen) {
     const int k0 = min(max(p.cu_seqlens_k[b], 0), p.total_k);
     s.k_start = k0;
     s.len_k = min(max(p.cu_seqlens_k[b + 1], k0), p.total_k) - k0;
@@ -46,8 +47,8 @@ FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
     s.k_start = 0;
     s.len_k = p.seqlen_k;
   }
-  if constexpr (kHasKvLens) s.len_k = min(max(p.kv_lens[b], 0), s.len_k);
-  if constexpr (kHasKvStarts) {
+  if constexpr (cfg::kKvLens) s.len_k = min(max(p.kv_lens[b], 0), s.len_k);
+  if constexpr (cfg::kKvStarts) {
     const int skip = min(max(p.kv_starts[b], 0), s.len_k);
     s.k_start += skip;
     s.len_k -= skip;

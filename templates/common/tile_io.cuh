@@ -16,6 +16,19 @@ template <> struct BytesOf<8> { using type = Bytes8; };
 template <> struct BytesOf<4> { using type = unsigned; };
 template <> struct BytesOf<2> { using type = unsigned short; };
 
+// One access of a tile copy: kVec elements from src to dst, or zeros where the row is outside
+// (src then only has to be an address: nothing is read). cp.async moves at least 4 bytes, so
+// 2-byte elements go one at a time through registers.
+template <typename Elem, int kVec>
+FJ_DEVICE void copy_chunk_async(Elem* dst, const Elem* src, bool inside) {
+  constexpr int kBytes = kVec * int(sizeof(Elem));
+  if constexpr (kBytes >= 4) {
+    cp_async<kBytes>(dst, src, inside ? kBytes : 0);
+  } else {
+    *dst = inside ? *src : Elem(0);
+  }
+}
+
 // Starts asynchronous loads of rows [0, rows_valid) into smem; rows past rows_valid become
 // zeros so padded keys and queries contribute nothing. Columns past kCols are left untouched.
 template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
@@ -23,7 +36,6 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
                                long long col_stride, int rows_valid, int tid) {
   static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
   constexpr int kChunks = kCols / kVec;
-  constexpr int kBytes = kVec * int(sizeof(Elem));
   if constexpr (kThreads % kChunks == 0) {
     // Each thread keeps one column and walks rows: one pointer and one 64-bit step stay live
     // instead of a precomputed address per access.
@@ -36,11 +48,7 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
 #pragma unroll
     for (int r = r0; r < kRows; r += kRowStep) {
       const bool inside = r < rows_valid;
-      if constexpr (kBytes >= 4) {
-        cp_async<kBytes>(dst, inside ? src : gmem, inside ? kBytes : 0);
-      } else {
-        *dst = inside ? *src : Elem(0);
-      }
+      copy_chunk_async<Elem, kVec>(dst, inside ? src : gmem, inside);
       src += step;
       dst += kRowStep * kSmemStride;
     }
@@ -55,12 +63,7 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
       const bool inside = r < rows_valid;
       Elem* dst = smem + r * kSmemStride + c;
       const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
-      if constexpr (kBytes >= 4) {
-        cp_async<kBytes>(dst, src, inside ? kBytes : 0);
-      } else {
-        // 2-byte elements one at a time: cp.async moves at least 4 bytes.
-        *dst = inside ? *src : Elem(0);
-      }
+      copy_chunk_async<Elem, kVec>(dst, src, inside);
     }
   }
 }
@@ -75,7 +78,6 @@ FJ_DEVICE void load_tile_async_rolled(Elem* smem, const Elem* gmem, long long ro
                                       int rows_valid, int tid) {
   static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
   constexpr int kChunks = kCols / kVec;
-  constexpr int kBytes = kVec * int(sizeof(Elem));
 #pragma unroll 1
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
     const int r = i / kChunks;
@@ -83,11 +85,7 @@ FJ_DEVICE void load_tile_async_rolled(Elem* smem, const Elem* gmem, long long ro
     const bool inside = r < rows_valid;
     Elem* dst = smem + r * kSmemStride + c;
     const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
-    if constexpr (kBytes >= 4) {
-      cp_async<kBytes>(dst, src, inside ? kBytes : 0);
-    } else {
-      *dst = inside ? *src : Elem(0);  // 2-byte elements one at a time: cp.async moves at least 4 bytes
-    }
+    copy_chunk_async<Elem, kVec>(dst, src, inside);
   }
 }
 
@@ -97,7 +95,6 @@ template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kT
 FJ_DEVICE void load_rows_async(Elem* smem, const RowPtr& row_ptr, long long col_stride, int rows_valid, int tid) {
   static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
   constexpr int kChunks = kCols / kVec;
-  constexpr int kBytes = kVec * int(sizeof(Elem));
   constexpr int kTotal = kRows * kChunks;
   const Elem* any_row = row_ptr(0);  // a valid source for zero-filling copies, which read nothing
 #pragma unroll
@@ -109,11 +106,7 @@ FJ_DEVICE void load_rows_async(Elem* smem, const RowPtr& row_ptr, long long col_
     const bool inside = r < rows_valid;
     Elem* dst = smem + r * kSmemStride + c;
     const Elem* src = (inside ? row_ptr(r) : any_row) + c * (kVec == 1 ? col_stride : 1);
-    if constexpr (kBytes >= 4) {
-      cp_async<kBytes>(dst, src, inside ? kBytes : 0);
-    } else {
-      *dst = inside ? *src : Elem(0);
-    }
+    copy_chunk_async<Elem, kVec>(dst, src, inside);
   }
 }
 

@@ -30,7 +30,7 @@ flashjit_decode_fwd(const __grid_constant__ FjDecodeParams dp) {
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y % p.heads_kv, row_block = blockIdx.y / p.heads_kv;
   const int b = blockIdx.z;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(p, b);
+  const Sequence seq = sequence_of(p, b);
   const int group = p.group;
   const int rows_total = seq.len_q * group;
   const int row0 = row_block * kRows;

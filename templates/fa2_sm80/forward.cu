@@ -70,7 +70,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
   // Causal: the last query blocks have the most keys; start them first.
   const int m_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y;
-  const Sequence seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(p, blockIdx.z);
+  const Sequence seq = sequence_of(p, blockIdx.z);
   const int m0 = m_block * kBlockM;
   if (kVarlen && m0 >= seq.len_q) return;  // the grid covers the longest sequence
   const int kv_head = kGqa ? head / p.group : head;

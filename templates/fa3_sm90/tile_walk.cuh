@@ -67,7 +67,7 @@ struct TileWalk {
     w.b = head_batch / p.heads_q;
     w.kv_head = w.head / p.group;
     w.m0 = (kCausal ? blocks - 1 - m : m) * kBlockM;
-    w.seq = sequence_of<kVarlen, kKvLens, kPaged, kKvStarts>(p, w.b);
+    w.seq = sequence_of(p, w.b);
     int key_lo, key_hi;
     key_range<kCausal, kWindow>(w.seq, w.m0, kBlockM, p.window_left, kWindow ? p.window_right : 0, key_lo, key_hi);
     w.first_tile = key_lo / kBlockN;

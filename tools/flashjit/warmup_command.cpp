@@ -238,6 +238,13 @@ std::string sets_help() {
   return h;
 }
 
+// "dtype, fp32_math, head_dim_qk, ...": the semantics list's own names, so the help never lags it.
+std::string semantics_field_names() {
+  std::string names;
+  Semantics{}.visit([&](const SemanticsField& f, const auto&) { names += (names.empty() ? "" : ", ") + std::string(f.name); });
+  return names;
+}
+
 }  // namespace
 
 void add_warmup_command(CLI::App& app, Context& ctx) {
@@ -251,8 +258,8 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
   auto* g = sub->add_option_group("explicit variant", "One variant (or a cross product) given by flags");
   add_variant_flags(g, o->flags);
   sub->add_option("--variants", o->variants_file,
-                  "JSON list of variant objects: the semantics fields (dtype, head_dim, head_dim_v, mask, gqa, lse, varlen, "
-                  "window, softcap, alibi, sinks, kv_lens, kv_starts, paged, vec) and family, tiling")
+                  "JSON list of variant objects: the semantics fields (" + semantics_field_names() +
+                      "; head_dim and lse are short forms) and family, tiling")
       ->type_name("FILE.json");
   sub->add_flag("--all-tilings", o->all_tilings,
                 "Also compile every candidate tiling the autotuner may pick, so a tuned choice is always warm");

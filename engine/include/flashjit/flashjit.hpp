@@ -94,17 +94,12 @@ struct AttentionArgs {
   std::optional<Window> window;        // unbounded on both sides is the same as none
   std::optional<float> softcap;        // scores become cap * tanh(scale * q.k / cap); cap > 0
   std::optional<Alibi> alibi;
-  const float* sinks = nullptr;        // fp32 on the device, [heads_q]: a logit per head that
-                                       // joins each row's softmax denominator (GPT-OSS)
-  // int32 on the device, one per sequence (FlashAttention's cache_seqlens): sequence b uses keys
-  // [0, kv_lens[b]) of its cache, so caches filled to different lengths run in one call. Causal
-  // masks and windows align to each sequence's own length. Values past the cache are clamped.
-  const std::int32_t* kv_lens = nullptr;
-  // int32 on the device, one per sequence (FlashAttention's cache_leftpad): sequence b's keys start
-  // at kv_starts[b] of its cache (or of its varlen rows, or of its block-table row), so it uses
-  // keys [kv_starts[b], kv_lens[b]); the slots before are never read. Causal masks, windows and
-  // ALiBi count keys from there. Values are clamped to [0, the sequence's end].
-  const std::int32_t* kv_starts = nullptr;
+  // The per-call device arrays (flashjit/device_arrays.h has each one's meaning): sinks (fp32
+  // [heads_q]), kv_lens and kv_starts (int32 [batch]); null: not used. Values past a sequence's
+  // cache are clamped.
+#define FJ_ARGS_DEVICE_ARRAY(elem, field, extent, constant, tag, why) const elem* field = nullptr;
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_ARGS_DEVICE_ARRAY)
+#undef FJ_ARGS_DEVICE_ARRAY
   std::optional<PagedKv> paged;        // K and V in page pools (with kv_lens)
   // Device scratch memory the caller owns for this call (a framework's allocator, a CUDA graph's
   // memory pool), used instead of the engine's per-stream pool: a call captured on a stream the

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "flashjit/device_arrays.h"
 #include "flashjit/status.hpp"
 
 namespace flashjit {
@@ -37,6 +38,10 @@ enum class NameStyle {
   if_set,  // only when not the default: "causal", "lse", "tf32"
 };
 
+// A per-call device array's semantics flag: set when the pointer is given (flashjit/device_arrays.h).
+#define FJ_SEMANTICS_FROM_DEVICE_ARRAY(X, elem, field, extent, constant, tag, why) \
+  X(bool, field, false, constant, tag, if_set, why)
+
 // Every field that changes results, declared once:
 //   X(type, field, default, kernel constant, name tag, name style, why)
 // Equality, the readable name, the content hash, the rendered constants and JSON all come from
@@ -56,12 +61,7 @@ enum class NameStyle {
     "sliding window: query i sees keys [i + Sk - Sq - left, i + Sk - Sq + right]")                     \
   X(bool, softcap, false, "kSoftcap", "softcap", if_set, "scores become cap * tanh(score / cap)")       \
   X(bool, alibi, false, "kAlibi", "alibi", if_set, "adds -slope * |i + Sk - Sq - j| per head")          \
-  X(bool, sinks, false, "kSinks", "sinks", if_set,                                                     \
-    "a per-head logit that joins the softmax denominator and nothing else")                            \
-  X(bool, kv_lens, false, "kKvLens", "kvlens", if_set,                                                 \
-    "per-sequence key counts on the device: caches filled to different lengths")                       \
-  X(bool, kv_starts, false, "kKvStarts", "kvstarts", if_set,                                           \
-    "per-sequence first keys on the device: left-padded caches (FlashAttention's cache_leftpad)")      \
+  FLASHJIT_DEVICE_ARRAYS(FJ_SEMANTICS_FROM_DEVICE_ARRAY, X)                                            \
   X(bool, paged, false, "kPaged", "paged", if_set, "K and V in page pools addressed by a block table")  \
   X(int, vec, 8, "kVec", "vec", always, "elements per global access (1, 2, 4, 8); 1 allows a strided head dim")
 
