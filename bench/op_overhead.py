@@ -11,7 +11,7 @@ no_grad and inference_mode:
   eager                 the eager fast path (eager/, _flashjit_eager.abi3.so): the extension
                         called alone, ops.dense() with it, and ops.dense() and flash_attn_func with
                         it off (FLASHJIT_EAGER=0's route, toggled in this process); its guards
-                        (modes, profiler) alone; its output allocation (DLPack exchange API) alone
+                        (modes, profiler, tracer) alone; its output allocation (DLPack exchange API) alone
                         beside torch.empty from Python
   SDPA flash / cuDNN    PyTorch's own, for scale
 
@@ -110,9 +110,9 @@ def measure(rows, a):
         if not a.op_only:
             shape = tuple(q.shape)
             cases += [("eager extension alone", lambda: eager.dense(q, k, v, *scalars), none, MODES, None, None),
-                      ("eager path guards (modes, profiler)",
-                       lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling(), none, MODES, None,
-                       None),
+                      ("eager path guards (modes, profiler, tracer)",
+                       lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling() or ops._tracing(),
+                       none, MODES, None, None),
                       ("output allocation: exchange API (eager)", lambda: eager._output_like(q, v), none, MODES, None,
                        None),
                       ("output allocation: torch.empty from Python",

@@ -514,8 +514,9 @@ _DENSE_CALL = getattr(_DENSE_OP.default, "_op", _DENSE_OP)
 # A CPython extension that does attention_dense's work (its checks, messages, output layout, stream
 # and graph-capture workspace) on plain CUDA tensors in eager code, reaching PyTorch through the
 # DLPack exchange API (torch.Tensor.__dlpack_c_exchange_api__, torch >= 2.10) rather than the
-# dispatcher's boxed call. dense() takes it outside compilers, with no torch-function or dispatch
-# mode active, no profiler running (its records name the operator) and no gradient to record; it
+# dispatcher's boxed call. dense() takes it outside compilers and torch.jit.trace (which record
+# the operator), with no torch-function or dispatch mode active, no profiler running (its records
+# name the operator) and no gradient to record; it
 # returns NotImplemented for what only the operator can run (subclasses, CPU tensors, another
 # current device), which then takes the operator, as every call does with FLASHJIT_EAGER=0.
 
@@ -577,10 +578,11 @@ def _load_eager():
 
 _EAGER, _EAGER_WHY = _load_eager()
 _EAGER_DENSE = None if _EAGER is None else _EAGER.dense
-# dense()'s guards, each a call into torch's C state.
+# dense()'s guards, each a call into torch's C state (bench/op_overhead.py times them together).
 _function_mode = torch._C._is_torch_function_mode_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _profiling = torch._C._autograd._profiler_enabled
+_tracing = torch._C._is_tracing  # torch.jit.trace: the fast path would leave a constant in the trace
 
 
 def eager_reason():
@@ -618,7 +620,7 @@ def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, w
                     window_right, softcap, False, False)[0]
     if torch.compiler.is_compiling():
         return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
-    if _EAGER_DENSE is not None and not (_function_mode() or _dispatch_modes() or _profiling()):
+    if _EAGER_DENSE is not None and not (_function_mode() or _dispatch_modes() or _profiling() or _tracing()):
         try:
             out = _EAGER_DENSE(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
         except TypeError:  # an argument of a type the fast path does not take: the operator's rules decide

@@ -3,12 +3,12 @@
 The extension is found beside libflashjit.so, binds to PyTorch's DLPack exchange API and the
 package's engine, and refuses an exchange API of another version. On CPU tensors it declines
 (NotImplemented), so ops.dense() takes the operator; so do subclasses, torch-function and dispatch
-modes, the profiler, autograd and compilers, and FLASHJIT_EAGER=0 turns it off. In its tests' CPU
-mode (CPU tensors standing in for CUDA ones, as the torch op's CPU registration) it runs its checks
-(the Python kernel's messages), allocates the output and packs flashjit_attention_args_v2, which a
-stand-in for flashjit_forward_v2 records and compares field by field with what the Python binding
-(ops.c_args) packs. FLASHJIT_REQUIRE_EAGER=1 (CI) fails instead of skipping where the extension
-was not built."""
+modes, the profiler, torch.jit.trace, autograd and compilers, and FLASHJIT_EAGER=0 turns it off.
+In its tests' CPU mode (CPU tensors standing in for CUDA ones, as the torch op's CPU registration)
+it runs its checks (the Python kernel's messages), allocates the output and packs
+flashjit_attention_args_v2, which a stand-in for flashjit_forward_v2 records and compares field by
+field with what the Python binding (ops.c_args) packs. FLASHJIT_REQUIRE_EAGER=1 (CI) fails instead
+of skipping where the extension was not built."""
 import ctypes
 import importlib.util
 import os
@@ -307,6 +307,14 @@ def test_the_profiler_records_the_operator(recorder, cpu_reference_kernel):
         ops.dense(q, q, q, *NO_SCALARS)
     assert any(e.name == "flashjit::attention_dense" for e in prof.events())
     assert not recorder.calls
+
+
+def test_torch_jit_trace_records_the_operator(recorder, cpu_reference_kernel):
+    q = torch.randn(1, 8, 2, 16)
+    with torch.no_grad():
+        traced = torch.jit.trace(lambda x: ops.dense(x, x, x, *NO_SCALARS), (q,), check_trace=False)
+    assert "flashjit::attention_dense" in str(traced.graph) and not recorder.calls
+    torch.testing.assert_close(traced(q * 2), ops._DENSE_OP(q * 2, q * 2, q * 2, *NO_SCALARS))
 
 
 def test_calls_autograd_records_take_the_training_route(recorder, cpu_reference_kernel):
