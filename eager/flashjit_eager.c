@@ -116,9 +116,9 @@ static int as_double(PyObject* obj, const char* arg, double* out) {
   return 0;
 }
 
-/* An int64 argument (Python int or bool); 0 on success. */
-static int as_int64(PyObject* obj, const char* arg, long long* out) {
-  if (!PyLong_Check(obj)) return wrong_type(arg, "an int", obj), -1;
+/* An int64 argument (Python int or bool, `want` naming it for the message); 0 on success. */
+static int as_int64(PyObject* obj, const char* arg, const char* want, long long* out) {
+  if (!PyLong_Check(obj)) return wrong_type(arg, want, obj), -1;
   *out = PyLong_AsLongLong(obj);
   if (*out == -1 && PyErr_Occurred()) {
     PyErr_Clear();
@@ -311,9 +311,9 @@ static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   }
   double softmax_scale, softcap;
   long long causal, window_left, window_right;
-  if (as_double(args[3], "softmax_scale", &softmax_scale) || as_int64(args[4], "causal", &causal) ||
-      as_int64(args[5], "window_left", &window_left) || as_int64(args[6], "window_right", &window_right) ||
-      as_double(args[7], "softcap", &softcap))
+  if (as_double(args[3], "softmax_scale", &softmax_scale) || as_int64(args[4], "causal", "a bool", &causal) ||
+      as_int64(args[5], "window_left", "an int", &window_left) ||
+      as_int64(args[6], "window_right", "an int", &window_right) || as_double(args[7], "softcap", &softcap))
     return NULL;
 
   DLTensor t[3];
