@@ -5,6 +5,7 @@ layout included, across dtypes, masks, windows, softcap, GQA and odd strides, an
 (ops.eager_calls()). It runs on the current stream, captures into CUDA graphs (its workspace from
 the graph's pool) and replays; bad inputs raise the operator's messages; what it declines (another
 device, subclasses, CPU tensors) still runs; torch.compile(fullgraph=True) keeps the operator.
+Whether record_stream holds its output's block is reported (xfail where it does not).
 FLASHJIT_REQUIRE_EAGER=1 fails instead of skipping where the extension is not in use."""
 import os
 
@@ -136,6 +137,34 @@ def test_cuda_graph_capture_and_replay(shape):
         graph.replay()
         torch.cuda.synchronize()
         assert_same(out, op(q, k, v, 0.0, True, -1, -1, 0.0))
+
+
+def _reused_after_record_stream(make):
+    """Whether the block of a tensor make() returns on this stream, recorded on a busy side stream
+    and freed, is handed out again at once: PyTorch's allocator must hold it until the side stream's
+    work is done (record_stream), so a new allocation of its size gets another block."""
+    side = torch.cuda.Stream()
+    out = make()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+    out.record_stream(side)
+    address, size = out.data_ptr(), out.numel()
+    del out
+    reused = torch.empty(size, dtype=torch.bfloat16, device="cuda").data_ptr() == address
+    side.synchronize()
+    return reused
+
+
+def test_record_stream_on_the_output():
+    """The operator's output honours record_stream (this checks the method). The fast path's output
+    is PyTorch's managed_tensor_to_py_object_no_sync over a DLPack tensor: from_blob storage,
+    whose deleter is not the caching allocator's, so record_stream may do nothing (a known gap of
+    the exchange API's allocator, reported here rather than failed)."""
+    q, k, v = (randn(1, 37, 3, 64) for _ in range(3))
+    assert not _reused_after_record_stream(lambda: op(q, k, v, 0.0, False, -1, -1, 0.0))
+    if _reused_after_record_stream(lambda: fast(q, k, v, 0.0, False, -1, -1, 0.0)):
+        pytest.xfail("record_stream on the fast path's output did not hold its block (from_blob storage)")
 
 
 def _message(fn, *args):
