@@ -102,14 +102,15 @@ def measure(rows, a):
         scalars = (0.0, False, -1, -1, 0.0)
         eager_off = (lambda: setattr(ops, "_EAGER_DENSE", None))
         eager_on = (lambda: setattr(ops, "_EAGER_DENSE", eager.dense))
-        cases += [("ops.dense, eager path", lambda: ops.dense(q, k, v, *scalars), none, MODES, None, None),
-                  ("ops.dense, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: ops.dense(q, k, v, *scalars), none,
+        # Named by kernel: the child process (--op-only, the Python kernel) times these too.
+        cases += [("ops.dense, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: ops.dense(q, k, v, *scalars), none,
                    MODES, eager_off, eager_on),
                   ("flash_attn_func, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(q, k, v),
                    none, MODES, eager_off, eager_on)]
         if not a.op_only:
             shape = tuple(q.shape)
-            cases += [("eager extension alone", lambda: eager.dense(q, k, v, *scalars), none, MODES, None, None),
+            cases += [("ops.dense, eager path", lambda: ops.dense(q, k, v, *scalars), none, MODES, None, None),
+                      ("eager extension alone", lambda: eager.dense(q, k, v, *scalars), none, MODES, None, None),
                       ("eager path guards (modes, profiler, tracer)",
                        lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling() or ops._tracing(),
                        none, MODES, None, None),
