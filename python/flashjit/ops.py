@@ -11,6 +11,12 @@ torch.ops.load_library and bound to this package's engine, skips the dispatcher'
 Python. Without it (not built, torch older than 2.10, FLASHJIT_TORCH_OP=0) the Python kernel
 `attention` below runs, with the same checks, messages and results.
 
+Eager dense calls (dense(): flash_attn_func and call() without side arrays or LSE) on plain CUDA
+tensors skip the operator altogether where the wheel's eager extension loads (_flashjit_eager.abi3.so,
+eager/; FLASHJIT_EAGER=0 turns it off): same checks, messages, output and stream, no dispatcher.
+Compilers, torch.jit.trace, torch-function and dispatch modes, the profiler and autograd keep the
+operator (see "The eager fast path" below).
+
 The operator has no autograd formula, so that no Python autograd kernel runs on every call (even
 under no_grad). Where grad is enabled and an input requires grad, the public functions (call, and
 flashjit's FlashAttention-style API on it) run torch.ops.flashjit.attention_train instead: the
