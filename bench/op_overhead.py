@@ -6,7 +6,13 @@ no_grad and inference_mode:
   ctypes (prepared)     flashjit_forward_v2 on arguments packed once: the floor (and
                         flashjit_workspace_size_v2 on them: the same planning, no launch)
   op                    torch.ops.flashjit.attention, with the kernel this process loaded
-  flash_attn_func       flashjit's FlashAttention-style API (ops.call)
+  flash_attn_func       flashjit's FlashAttention-style API (ops.dense: the eager fast path where
+                        the extension is in use, else the dense op)
+  eager                 the eager fast path (eager/, _flashjit_eager.abi3.so): the extension
+                        called alone, ops.dense() with it, and ops.dense() and flash_attn_func with
+                        it off (FLASHJIT_EAGER=0's route, toggled in this process); its guards
+                        (modes, profiler, tracer) alone; its output allocation (DLPack exchange API) alone
+                        beside torch.empty from Python
   SDPA flash / cuDNN    PyTorch's own, for scale
 
 Each row is the median over --rounds rounds of --calls back-to-back calls, timed on the host
@@ -18,8 +24,9 @@ takes for q, k, v with no side arrays and no LSE.
 The op and flash_attn_func run twice: with the C++ kernel in this process, and with the Python
 kernel in a child process (FLASHJIT_TORCH_OP=0). "flash_attn_func, q requires grad" is the
 autograd.Function route a training-mode forward takes. With --stub-engine (bench/stub_engine.c
-built as a shared library) the C++ kernel is then bound to entry points that do nothing, and the
-op is timed again: the dispatcher's and the kernel's own share, without the engine and the launch.
+built as a shared library) the C++ kernel and the eager extension are then bound to entry points
+that do nothing, and the op and the extension are timed again: the dispatcher's (or the
+extension's) and the kernel's own share, without the engine and the launch.
 Writes JSON to --json."""
 import argparse
 import contextlib
@@ -90,6 +97,34 @@ def measure(rows, a):
         cases.append(("op (cpp kernel, engine stubbed)", lambda: op(*op_args), none, MODES, bind_stub, bind_real))
         cases.append(("dense op (cpp kernel, engine stubbed)", lambda: dense(q, k, v, 0.0, False, -1, -1, 0.0), none,
                       MODES, bind_stub, bind_real))
+    eager = ops._EAGER
+    if eager is not None:
+        scalars = (0.0, False, -1, -1, 0.0)
+        eager_off = (lambda: setattr(ops, "_EAGER_DENSE", None))
+        eager_on = (lambda: setattr(ops, "_EAGER_DENSE", eager.dense))
+        # Named by kernel: the child process (--op-only, the Python kernel) times these too.
+        cases += [("ops.dense, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: ops.dense(q, k, v, *scalars), none,
+                   MODES, eager_off, eager_on),
+                  ("flash_attn_func, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: flashjit.flash_attn_func(q, k, v),
+                   none, MODES, eager_off, eager_on)]
+        if not a.op_only:
+            shape = tuple(q.shape)
+            cases += [("ops.dense, eager path", lambda: ops.dense(q, k, v, *scalars), none, MODES, None, None),
+                      ("eager extension alone", lambda: eager.dense(q, k, v, *scalars), none, MODES, None, None),
+                      ("eager path guards (modes, profiler, tracer)",
+                       lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling() or ops._tracing(),
+                       none, MODES, None, None),
+                      ("output allocation: exchange API (eager)", lambda: eager._output_like(q, v), none, MODES, None,
+                       None),
+                      ("output allocation: torch.empty from Python",
+                       lambda: torch.empty(shape, dtype=q.dtype, device=q.device), none, MODES, None, None)]
+        if stub:
+            eager_stub = ctypes.CDLL(a.stub_engine)
+            cases.append(("eager extension alone (engine stubbed)", lambda: eager.dense(q, k, v, *scalars), none,
+                          MODES, lambda: _bind_eager(eager, eager_stub, "stub_forward_v2", "stub_workspace_size_v2",
+                                                     "stub_last_error"),
+                          lambda: _bind_eager(eager, _library.get(), "flashjit_forward_v2",
+                                              "flashjit_workspace_size_v2", "flashjit_last_error")))
     for mode in MODES:
         here = [c for c in cases if mode in c[3]]
         samples = {c[0]: ([], []) for c in here}
@@ -137,6 +172,14 @@ def _bind(lib, forward, workspace_size, last_error):
         raise RuntimeError("flashjit_torch_op_bind refused the %s entry points" % forward)
 
 
+def _bind_eager(eager, lib, forward, workspace_size, last_error):
+    """Binds the eager extension to these entry points of `lib` (the engine's, or the stand-ins')."""
+    address = (lambda name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+    real = _library.get()
+    eager.bind(torch.Tensor.__dlpack_c_exchange_api__, torch.Tensor, flashjit.FlashjitError, real.engine.value,
+               address(forward), address(workspace_size), address(last_error), real.abi, real.flashjit_args_v2_size())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--calls", type=int, default=2000, help="calls per round")
@@ -149,6 +192,7 @@ def main():
     a = p.parse_args()
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "flashjit": _library.version(),
             "kernel_impl": ops.kernel_impl(), "python_kernel_reason": ops.python_kernel_reason(),
+            "eager_reason": ops.eager_reason(),
             "problem": "B1 S64 H1 D64 fp16, no mask", "calls": a.calls, "rounds": a.rounds}
     print(json.dumps(info), flush=True)
     rows = {}

@@ -18,10 +18,12 @@ py="$venv/bin/python"
 "$py" -c "import torch, pytest" 2>/dev/null || "$py" -m pip install -q "torch>=2.4" pytest
 "$py" -c "import transformers" 2>/dev/null || "$py" -m pip install -q "transformers==5.17.0"
 "$py" -c "import matplotlib" 2>/dev/null || "$py" -m pip install -q matplotlib  # flashjit.bench's plot
-# The wheel with torch.ops.flashjit.attention's C++ kernel (torch_op/), built against the venv's
-# torch (pip builds in an isolated environment without it); the tests then require it in use.
-"$py" -m pip install -q . -Ccmake.define.FLASHJIT_TORCH_PYTHON="$py" -Ccmake.define.FLASHJIT_BUILD_TORCH_OP=ON
-export FLASHJIT_REQUIRE_TORCH_OP=1
+# The wheel with torch.ops.flashjit.attention's C++ kernel (torch_op/) and the eager fast path's
+# extension (eager/), built against the venv's torch (pip builds in an isolated environment
+# without it); the tests then require both in use.
+"$py" -m pip install -q . -Ccmake.define.FLASHJIT_TORCH_PYTHON="$py" -Ccmake.define.FLASHJIT_BUILD_TORCH_OP=ON \
+  -Ccmake.define.FLASHJIT_BUILD_EAGER=ON
+export FLASHJIT_REQUIRE_TORCH_OP=1 FLASHJIT_REQUIRE_EAGER=1
 # From outside the checkout, so `import flashjit` is the installed package, not python/.
 root=$PWD
 cd "$(mktemp -d)"

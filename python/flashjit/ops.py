@@ -11,6 +11,12 @@ torch.ops.load_library and bound to this package's engine, skips the dispatcher'
 Python. Without it (not built, torch older than 2.10, FLASHJIT_TORCH_OP=0) the Python kernel
 `attention` below runs, with the same checks, messages and results.
 
+Eager dense calls (dense(): flash_attn_func and call() without side arrays or LSE) on plain CUDA
+tensors skip the operator altogether where the wheel's eager extension loads (_flashjit_eager.abi3.so,
+eager/; FLASHJIT_EAGER=0 turns it off): same checks, messages, output and stream, no dispatcher.
+Compilers, torch.jit.trace, torch-function and dispatch modes, the profiler and autograd keep the
+operator (see "The eager fast path" below).
+
 The operator has no autograd formula, so that no Python autograd kernel runs on every call (even
 under no_grad). Where grad is enabled and an input requires grad, the public functions (call, and
 flashjit's FlashAttention-style API on it) run torch.ops.flashjit.attention_train instead: the
@@ -28,6 +34,7 @@ are page pools [pages, page_size, heads_kv, head_dim]. The LSE (fp32, natural lo
 heads_q, seq_q], or [heads_q, total_q] with varlen; an empty tensor unless asked for.
 """
 import ctypes
+import importlib.util
 import os
 import re
 from typing import Optional, Tuple
@@ -503,6 +510,92 @@ _OP_CALL = getattr(_OP.default, "_op", _OP)
 _DENSE_CALL = getattr(_DENSE_OP.default, "_op", _DENSE_OP)
 
 
+# ---- The eager fast path: dense() without PyTorch's dispatcher (eager/, _flashjit_eager.abi3.so). ----
+#
+# A CPython extension that does attention_dense's work (its checks, messages, output layout, stream
+# and graph-capture workspace) on plain CUDA tensors in eager code, reaching PyTorch through the
+# DLPack exchange API (torch.Tensor.__dlpack_c_exchange_api__, torch >= 2.10) rather than the
+# dispatcher's boxed call. dense() takes it outside compilers and torch.jit.trace (which record
+# the operator), with no torch-function or dispatch mode active, no profiler running (its records
+# name the operator) and no gradient to record; it
+# returns NotImplemented for what only the operator can run (subclasses, CPU tensors, another
+# current device), which then takes the operator, as every call does with FLASHJIT_EAGER=0.
+
+EAGER_LIBRARY = "_flashjit_eager.abi3.so"
+_EAGER_VERSION = 1  # the extension's version() this module speaks to
+_EAGER_OFF = ("0", "off", "none", "false", "no")
+_EAGER_ON = ("", "1", "on", "true", "yes")
+
+
+def eager_path():
+    """The fast path's extension: FLASHJIT_EAGER when it names a file, else _flashjit_eager.abi3.so
+    beside the libflashjit.so the package loads; None where FLASHJIT_EAGER is 0 (the operator runs
+    every call)."""
+    value = os.environ.get("FLASHJIT_EAGER", "").strip()
+    if value.lower() in _EAGER_OFF:
+        return None
+    if value.lower() not in _EAGER_ON:
+        return value
+    return os.path.join(os.path.dirname(_library.library_path()), EAGER_LIBRARY)
+
+
+def _load_eager():
+    """Imports the extension and binds it to PyTorch's exchange API and the package's engine.
+    Returns (the module or None, why every call takes the operator instead)."""
+    path = eager_path()
+    if path is None:
+        return None, "FLASHJIT_EAGER=%s" % os.environ["FLASHJIT_EAGER"]
+    if not os.path.exists(path):
+        return None, "%s not found" % path
+    # torch 2.11 on: a capsule; 2.10: an address under the older name (bind() checks the version).
+    api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if api is None:
+        api = getattr(torch.Tensor, "__c_dlpack_exchange_api__", None)
+    if api is None:
+        return None, "torch %s has no DLPack exchange API (torch >= 2.10 has)" % torch.__version__
+    try:
+        lib = _library.get()
+    except (OSError, FlashjitError) as e:
+        return None, "libflashjit.so did not load (%s)" % e
+    if lib.abi < 4:
+        return None, "libflashjit.so (ABI %d) is older than %s" % (lib.abi, path)
+    try:
+        spec = importlib.util.spec_from_file_location("flashjit._flashjit_eager", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError) as e:
+        return None, "%s did not load (%s)" % (path, e)
+    if module.version() != _EAGER_VERSION:
+        return None, "%s speaks version %d, this package %d" % (path, module.version(), _EAGER_VERSION)
+    address = (lambda fn: ctypes.cast(fn, ctypes.c_void_p).value)
+    try:
+        module.bind(api, torch.Tensor, FlashjitError, lib.engine.value, address(lib.flashjit_forward_v2),
+                    address(lib.flashjit_workspace_size_v2), address(lib.flashjit_last_error), lib.abi,
+                    lib.flashjit_args_v2_size())
+    except ValueError as e:
+        return None, "%s refused the binding: %s" % (path, e)
+    return module, None
+
+
+_EAGER, _EAGER_WHY = _load_eager()
+_EAGER_DENSE = None if _EAGER is None else _EAGER.dense
+# dense()'s guards, each a call into torch's C state (bench/op_overhead.py times them together).
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_profiling = torch._C._autograd._profiler_enabled
+_tracing = torch._C._is_tracing  # torch.jit.trace: the fast path would leave a constant in the trace
+
+
+def eager_reason():
+    """Why dense() never takes the eager fast path (None where it can)."""
+    return _EAGER_WHY
+
+
+def eager_calls():
+    """Calls the eager fast path ran so far in this process (0 without it)."""
+    return 0 if _EAGER is None else _EAGER.calls()
+
+
 def _forward(op, python_kernel, args, tensors):
     """`op` (an overload's callable) on a call autograd does not record, outside a compiler
     (`python_kernel`: its Python CUDA kernel, called directly where that changes nothing;
@@ -520,13 +613,21 @@ def _forward(op, python_kernel, args, tensors):
 def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, window_left: int, window_right: int,
           softcap: float) -> Tensor:
     """The output of attention on dense q, k, v with no side arrays and no LSE (call()'s most common
-    case, taken directly): flashjit::attention_dense, or where autograd records the call, call()'s
-    training route."""
+    case, taken directly): flashjit::attention_dense, or its eager fast path (the extension above)
+    where nothing but the tensors' own data is involved, or where autograd records the call,
+    call()'s training route."""
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return call(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left,
                     window_right, softcap, False, False)[0]
     if torch.compiler.is_compiling():
         return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+    if _EAGER_DENSE is not None and not (_function_mode() or _dispatch_modes() or _profiling() or _tracing()):
+        try:
+            out = _EAGER_DENSE(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+        except TypeError:  # an argument of a type the fast path does not take: the operator's rules decide
+            out = NotImplemented
+        if out is not NotImplemented:
+            return out
     if _TORCH_OP is None:
         return _forward(_DENSE_CALL, attention_dense, (q, k, v, softmax_scale, causal, window_left, window_right,
                                                        softcap), (q, k, v))
