@@ -102,6 +102,8 @@ def measure(rows, a):
         scalars = (0.0, False, -1, -1, 0.0)
         eager_off = (lambda: setattr(ops, "_EAGER_DENSE", None))
         eager_on = (lambda: setattr(ops, "_EAGER_DENSE", eager.dense))
+        dlpack_on = (lambda: ops.set_eager_output_allocator("dlpack"))
+        dlpack_off = (lambda: ops.set_eager_output_allocator("torch"))
         # Named by kernel: the child process (--op-only, the Python kernel) times these too.
         cases += [("ops.dense, FLASHJIT_EAGER=0 (%s kernel)" % kernel, lambda: ops.dense(q, k, v, *scalars), none,
                    MODES, eager_off, eager_on),
@@ -114,8 +116,12 @@ def measure(rows, a):
                       ("eager path guards (modes, profiler, tracer)",
                        lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling() or ops._tracing(),
                        none, MODES, None, None),
-                      ("output allocation: exchange API (eager)", lambda: eager._output_like(q, v), none, MODES, None,
-                       None),
+                      ("ops.dense, eager path (dlpack allocator)", lambda: ops.dense(q, k, v, *scalars), none, MODES,
+                       dlpack_on, dlpack_off),
+                      ("output allocation: eager, Tensor.new_empty (default)", lambda: eager._output_like(q, v), none,
+                       MODES, None, None),
+                      ("output allocation: eager, exchange API (dlpack)", lambda: eager._output_like(q, v), none, MODES,
+                       dlpack_on, dlpack_off),
                       ("output allocation: torch.empty from Python",
                        lambda: torch.empty(shape, dtype=q.dtype, device=q.device), none, MODES, None, None)]
         if stub:

@@ -61,6 +61,10 @@ static struct {
 static int g_cpu_for_tests;
 /* Calls this path ran to the end (calls()): how the tests see that it was taken. */
 static unsigned long long g_calls;
+/* NULL: outputs from the exchange API's allocator. Else torch.Tensor.new_empty, called as
+ * new_empty(q, shape): a tensor whose storage the caching allocator owns, so record_stream and
+ * storage resizes work on it as on the operator's output (set_output_allocator()). */
+static PyObject* g_new_empty;
 
 /* The CUDA driver PyTorch already loaded: the capture status of a stream (for the workspace, as
  * the operator does) and the thread's current device (the engine runs on the current context). */
@@ -242,8 +246,24 @@ static DLManagedTensorVersioned* allocate(DLDevice device, DLDataType dtype, int
 /* The output [batch, seq_q, heads_q, head_dim_v] in q's dtype on q's device, as a torch.Tensor
  * (`tensor`, a new reference) and as flashjit_tensor (`view`); 0, or 1 to decline. The view is
  * read before the Python tensor takes the DLPack tensor over. */
-static int output(const DLTensor* q, const DLTensor* v, PyObject** tensor, flashjit_tensor* view, int32_t code) {
+static int output(const DLTensor* q, const DLTensor* v, PyObject** tensor, flashjit_tensor* view, int32_t code,
+                  PyObject* q_obj) {
   int64_t shape[DIMS] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+  if (g_new_empty && q_obj) {
+    PyObject* dims = Py_BuildValue("(LLLL)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                                   (long long)shape[3]);
+    PyObject* out = dims ? PyObject_CallFunctionObjArgs(g_new_empty, q_obj, dims, NULL) : NULL;
+    Py_XDECREF(dims);
+    DLTensor t;
+    if (!out || g.api->dltensor_from_py_object_no_sync(out, &t) != 0) {
+      Py_XDECREF(out);
+      PyErr_Clear();
+      return 1;
+    }
+    fill_tensor(view, &t, code);
+    *tensor = out;
+    return 0;
+  }
   DLManagedTensorVersioned* managed = allocate(q->device, q->dtype, DIMS, shape);
   if (!managed) return 1;
   fill_tensor(view, &managed->dl_tensor, code);
@@ -350,7 +370,7 @@ static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   fill_tensor(&a.k, &t[1], code);
   fill_tensor(&a.v, &t[2], code);
   PyObject* out = NULL;
-  if (output(&t[0], &t[2], &out, &a.o, code)) Py_RETURN_NOTIMPLEMENTED;
+  if (output(&t[0], &t[2], &out, &a.o, code, args[0])) Py_RETURN_NOTIMPLEMENTED;
   a.mask = causal ? FLASHJIT_MASK_CAUSAL : FLASHJIT_MASK_NONE;
   a.fp32_math = FLASHJIT_FP32_EXACT;
   a.softmax_scale = (float)softmax_scale;
@@ -393,7 +413,7 @@ static PyObject* output_like(PyObject* self, PyObject* const* args, Py_ssize_t n
   }
   PyObject* out = NULL;
   flashjit_tensor view;
-  if (output(&t[0], &t[1], &out, &view, 0)) return PyErr_Format(PyExc_MemoryError, "PyTorch's allocator refused");
+  if (output(&t[0], &t[1], &out, &view, 0, args[0])) return PyErr_Format(PyExc_MemoryError, "PyTorch's allocator refused");
   return out;
 }
 
@@ -462,6 +482,20 @@ static PyObject* bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+/* set_output_allocator(new_empty or None): see g_new_empty. */
+static PyObject* set_output_allocator(PyObject* self, PyObject* fn) {
+  (void)self;
+  if (fn != Py_None && !PyCallable_Check(fn))
+    return PyErr_Format(PyExc_TypeError, "set_output_allocator takes torch.Tensor.new_empty or None");
+  Py_XDECREF(g_new_empty);
+  g_new_empty = NULL;
+  if (fn != Py_None) {
+    Py_INCREF(fn);
+    g_new_empty = fn;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyObject* calls(PyObject* self, PyObject* unused) {
   (void)self, (void)unused;
   return PyLong_FromUnsignedLongLong(g_calls);
@@ -488,6 +522,8 @@ static PyMethodDef methods[] = {
      "bind(exchange_api, tensor_type, error_type, engine, forward_v2, workspace_size_v2, last_error, abi_version, "
      "args_v2_size)"},
     {"calls", calls, METH_NOARGS, "calls dense() ran to the end"},
+    {"set_output_allocator", set_output_allocator, METH_O,
+     "set_output_allocator(torch.Tensor.new_empty or None): outputs from PyTorch's own allocation, or the exchange API's"},
     {"version", version, METH_NOARGS, "the version of bind()'s and dense()'s contract"},
     {"_output_like", (PyCFunction)(void (*)(void))output_like, METH_FASTCALL,
      "_output_like(q, v) -> Tensor: dense()'s output allocation alone"},

@@ -574,7 +574,20 @@ def _load_eager():
                     lib.flashjit_args_v2_size())
     except ValueError as e:
         return None, "%s refused the binding: %s" % (path, e)
+    set_eager_output_allocator(os.environ.get("FLASHJIT_EAGER_ALLOC", "torch"), module)
     return module, None
+
+
+def set_eager_output_allocator(which, module=None):
+    """Where the eager path's outputs come from: "torch" (Tensor.new_empty: storage the caching
+    allocator owns, so record_stream and resizes work as on the operator's output) or "dlpack"
+    (the exchange API's allocator: cheaper, but PyTorch wraps it in storage the caching allocator
+    does not own, where record_stream does nothing). FLASHJIT_EAGER_ALLOC sets it at import."""
+    module = module or _EAGER
+    if which not in ("torch", "dlpack"):
+        raise ValueError("FLASHJIT_EAGER_ALLOC must be torch or dlpack, got %r" % (which,))
+    if module is not None:
+        module.set_output_allocator(torch.Tensor.new_empty if which == "torch" else None)
 
 
 _EAGER, _EAGER_WHY = _load_eager()

@@ -477,3 +477,8 @@ def test_the_output_allocation_alone():
     out = eager._output_like(q, v)
     assert out.shape == (2, 8, 4, 32) and out.dtype == torch.float16 and out.is_contiguous()
     assert type(out) is torch.Tensor
+
+
+def test_output_allocator_names_its_choices():
+    with pytest.raises(ValueError, match="FLASHJIT_EAGER_ALLOC must be torch or dlpack"):
+        ops.set_eager_output_allocator("cuda")
