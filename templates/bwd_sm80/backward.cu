@@ -109,6 +109,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
 
   int q_lo, q_hi;
   query_range(seq, n0, left, right, q_lo, q_hi);
+  if (n0 >= seq.len_k) q_hi = q_lo;  // keys past the sequence's end (varlen, kv_lens): their zeros only
+  // The workspace holds seqlen_q_rounded rows a (sequence, head): a varlen sequence longer than
+  // max_seqlen_q (prefix sums the host did not check) is cut there, as its forward was.
+  q_hi = min(q_hi, p.seqlen_q_rounded);
+  if (q_hi < q_lo) q_hi = q_lo;
   const int first_m = q_lo / kBlockM;
   const int end_m = (q_hi + kBlockM - 1) / kBlockM;
 
@@ -253,14 +258,18 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   }
 
   // ---- epilogue: dK (times the scale) and dV through the K and V tiles, then stored. Keys no
-  // query row sees still get their zeros written.
+  // query row sees still get their zeros written, and so do the rows past kv_lens up to the
+  // sequence's capacity (cap_k): none of the next sequence's (varlen) rows.
   cp_async_wait<0>();  // with no Q block, the K/V copies may still be in flight
   __syncthreads();
   scale_tile(dk, p.scale);
   stage_tile<kStrideQK>(sK, dk, key_row0, 0, lane);
   stage_tile<kStrideV>(sV, dv, key_row0, 0, lane);
   __syncthreads();
-  const int rows_k = min(kBlockN, seq.len_k - n0);
+  // cap_k read again here rather than kept from the start: live across the loop, it cost ptxas
+  // spills at D = 128 with every feature on.
+  const int rows_k = min(kBlockN, sequence_of(f, blockIdx.z).cap_k - n0);
+  if (rows_k <= 0) return;
   store_tile<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
       row_at(static_cast<Elem*>(p.dk), p.dk_stride, seq.batch, seq.k_start + n0, kv_head), p.dk_stride[1],
       p.dk_stride[3], sK, rows_k, tid);

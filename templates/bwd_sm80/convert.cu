@@ -1,7 +1,8 @@
 // bwd_sm80 convert: dQ from the fp32 accumulator (already scaled by the softmax scale in the
 // main kernel) to dq's dtype and strides. One CTA per (BLOCK_M query rows, query head, batch).
 //
-// Not yet covered (first cut, see docs/design/backward.md): varlen, fp32 outputs (a plain copy),
+// Varlen: as preprocess, a CTA per (Q block, q-head, sequence); rows of dq that no sequence covers are
+// not written. Not yet covered (see docs/design/backward.md): fp32 outputs (a plain copy),
 // vectorized stores (one element a thread here), the deterministic mode's ordered reduction of
 // per-K/V-block partials (this kernel is where it would run).
 #include "bwd_sm80/config.cuh"

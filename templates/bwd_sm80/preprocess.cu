@@ -4,8 +4,10 @@
 // blocks the main kernel walks, so the workspace rows past seqlen_q up to the block's end get
 // D = 0 and a zeroed accumulator too.
 //
-// Not yet covered (first cut, see docs/design/backward.md): varlen (workspace rows per packed
-// row), fp32 inputs; a vectorized read of O and dO (one element a lane here).
+// Varlen: blockIdx.z is the sequence; its workspace rows are [z, head] x seqlen_q_rounded (the
+// longest sequence rounded up), so every sequence's span is its own.
+// Not yet covered (see docs/design/backward.md): fp32 inputs; a vectorized read of O and dO (one
+// element a lane here).
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/elem.cuh"
 #include "common/sequence.cuh"

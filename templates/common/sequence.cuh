@@ -12,6 +12,7 @@ struct Sequence {
   int k_start;  // likewise in k/v; paged: the first key's slot in the table row's keys (0 unless kv_starts)
   int len_q;
   int len_k;
+  int cap_k;    // keys its k/v rows hold before kv_lens and kv_starts: rows a backward still writes
   int batch;    // index into the tensors' batch dim (0 with varlen: one packed batch)
   // The bottom-right diagonal: query i lines up with key i + offset().
   FJ_DEVICE int offset() const { return len_k - len_q; }
@@ -47,6 +48,7 @@ FJ_DEVICE Sequence sequence_of(const FjAttentionParams& p, int b) {
     s.k_start = 0;
     s.len_k = p.seqlen_k;
   }
+  s.cap_k = s.len_k;
   if constexpr (cfg::kKvLens) s.len_k = min(max(p.kv_lens[b], 0), s.len_k);
   if constexpr (cfg::kKvStarts) {
     const int skip = min(max(p.kv_starts[b], 0), s.len_k);

@@ -1,5 +1,5 @@
 // bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; each of GQA, window, softcap,
-// ALiBi alone; all four together, where they need the most registers, at head dims 1 to 128), on every candidate tiling and the default, compile through the engine's path (check_variant,
+// ALiBi, varlen, kv_lens alone; all six at head dim 128; all four together, where they need the most registers, at head dims 1 to 128), on every candidate tiling and the default, compile through the engine's path (check_variant,
 // render_source, NVRTC with the engine's options) for sm_80 and sm_90a with no GPU, and its
 // cubin exports the three entry points the launch plan names. tests/templates/compile_bwd_check.py
 // adds the register and spill report.
@@ -91,7 +91,8 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
       for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
     };
     // Each feature alone, at the widest head dim's default tiling.
-    for (bool Semantics::*feature : {&Semantics::gqa, &Semantics::window, &Semantics::softcap, &Semantics::alibi}) {
+    for (bool Semantics::*feature : {&Semantics::gqa, &Semantics::window, &Semantics::softcap, &Semantics::alibi,
+                                     &Semantics::varlen, &Semantics::kv_lens}) {
       Semantics s = backward_semantics(DType::f16, 128, Mask::causal);
       s.*feature = true;
       jobs.push_back({{"bwd_sm80", s, bwd().default_tiling(arch, s, nullptr)}, arch});
@@ -103,6 +104,12 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
         s.gqa = s.window = s.softcap = s.alibi = true;
         add_all_tilings(s);
       }
+    // Ragged batches and per-sequence key counts with everything else, at the widest head dim.
+    for (Mask m : {Mask::none, Mask::causal}) {
+      Semantics s = backward_semantics(DType::f16, 128, m);
+      s.gqa = s.window = s.softcap = s.alibi = s.varlen = s.kv_lens = true;
+      add_all_tilings(s);
+    }
     // Narrow accesses (a strided head dim; 4-byte aligned views) take the copies' other paths.
     for (int vec : {1, 2}) {
       const Semantics s = backward_semantics(DType::bf16, 64, Mask::causal, vec);

@@ -135,11 +135,15 @@ def test_unsupported_semantics_raise_the_engines_message(kwargs, needle):
         backward_precompile(**kwargs)
 
 
-def test_varlen_backward_is_refused_by_name():
+def test_varlen_backward_compiles_and_paged_is_refused_by_name():
+    # Ragged batches train (the variant's name says varlen); a page pool does not.
     cu = meta(3, dtype=torch.int32)
-    with pytest.raises(FlashjitError, match="varlen: the backward does not take ragged batches"):
-        flashjit.precompile(meta(150, 4, 64), meta(150, 4, 64), meta(150, 4, 64), cu_seqlens_q=cu, cu_seqlens_k=cu,
-                            max_seqlen_q=100, max_seqlen_k=100, arch="sm_80", backward=True)
+    name = flashjit.precompile(meta(150, 4, 64), meta(150, 4, 64), meta(150, 4, 64), cu_seqlens_q=cu, cu_seqlens_k=cu,
+                               max_seqlen_q=100, max_seqlen_k=100, arch="sm_80", backward=True)
+    assert name.startswith("bwd_sm80-") and "-varlen-" in name, name
+    with pytest.raises(FlashjitError, match="paged: the backward does not read page pools"):
+        flashjit.precompile(meta(2, 8, 4, 64), meta(10, 16, 4, 64), meta(10, 16, 4, 64), kv_lens=meta(2, dtype=torch.int32),
+                            block_table=meta(2, 5, dtype=torch.int32), arch="sm_80", backward=True)
 
 
 # ---- The wiring on CPU tensors: the float64 reference as both kernels ----

@@ -181,8 +181,8 @@ def default_tiling(d, feats):
 # Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
 # most registers) on every candidate tiling of every head dim in HEAD_DIMS.
 FEATURES = {"": {}, "gqa": {"gqa": True}, "window": {"window": True}, "softcap": {"softcap": True},
-            "alibi": {"alibi": True}}
-ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True}
+            "alibi": {"alibi": True}, "varlen": {"varlen": True}, "kvlens": {"kv_lens": True}}
+ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True, "varlen": True, "kv_lens": True}
 HEAD_DIMS = (1, 33, 40, 64, 72, 96, 112, 128)  # every padded width but 32: the smallest, narrow copies, chunk counts not dividing the threads, the old two
 
 

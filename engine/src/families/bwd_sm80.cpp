@@ -76,7 +76,8 @@ int smem_bytes(const Semantics& s, const Tiling& t) {
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
 // seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded]. Rows are
-// rounded up to BLOCK_M so every Q block's rows exist. Nothing needs to start zeroed:
+// rounded up to BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
+// seqlen_q is max_seqlen_q, so each sequence has rows of its own. Nothing needs to start zeroed:
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
 struct BwdWorkspace {
@@ -106,8 +107,6 @@ class BwdSm80 final : public KernelFamilyBase {
       return "q.dtype: the backward takes f16 or bf16 so far (fp32 needs its tf32 fragment path)";
     if (s.head_dim_qk != s.head_dim_v || s.head_dim_qk < 1 || s.head_dim_qk > kMaxHeadDim)
       return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
-    if (s.varlen) return "varlen: the backward does not take ragged batches yet";
-    if (s.kv_lens) return "kv_lens: the backward does not take per-sequence key counts yet";
     if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
     if (s.sinks) return "sinks: the backward does not take attention sinks yet";

@@ -8,7 +8,8 @@ tolerance follows the precision of a production flash backward rather than a gue
 Grouped-query attention (8 query heads on 2 key/value heads, causal) the same way, the reference
 expanding k and v per query head. Then what training needs: torch.compile(fullgraph=True) of a
 training step, CUDA-graph capture of forward and backward (make_graphed_callables), refusals at
-backward with the engine's message (head dim 160, varlen; and a warning at the forward), and a tiny
+backward with the engine's message (head dim 160; and a warning at the forward), varlen and kv_lens
+gradients,, and a tiny
 transformer trained 200 steps through flashjit, through SDPA's flash backend and through SDPA's
 math backend from the same init and data."""
 import math
@@ -154,13 +155,81 @@ def test_unsupported_backward_warns_at_forward_and_raises_at_backward():
         flash_attn_func(q, kv, kv, causal=True)  # no autograd, no warning
 
 
-def test_varlen_backward_is_refused_with_the_engines_message():
-    cu = torch.tensor([0, 30, 64], dtype=torch.int32, device="cuda")
-    q = torch.randn(64, 2, 64, device="cuda", dtype=torch.float16, requires_grad=True)
-    with pytest.warns(UserWarning, match="varlen"):
-        out = flash_attn_varlen_func(q, q, q, cu, cu, 34, 34, causal=True)
-    with pytest.raises(FlashjitError, match="varlen: the backward does not take ragged batches"):
-        out.sum().backward()
+VARLEN_CASES = [  # dtype, query lengths, key lengths, query heads, key/value heads, head_dim, causal
+    (torch.float16, [30, 0, 77, 1, 64], [30, 5, 77, 33, 64], 3, 3, 64, False),
+    (torch.bfloat16, [30, 0, 77, 1, 64], [30, 5, 77, 33, 64], 3, 3, 64, True),   # bottom-right per sequence
+    (torch.bfloat16, [129, 200, 17], [300, 200, 0], 4, 2, 128, True),             # GQA, a sequence with no keys
+    (torch.float16, [257, 3], [257, 300], 2, 2, 96, False),
+]
+
+
+def _per_sequence(fn, q, k, v, dout, cu_q, cu_k, causal):
+    """fn on each sequence of a packed batch (as a batch of one), concatenated back."""
+    outs = []
+    for i in range(len(cu_q) - 1):
+        qs, ks, vs = q[cu_q[i]:cu_q[i + 1]], k[cu_k[i]:cu_k[i + 1]], v[cu_k[i]:cu_k[i + 1]]
+        if qs.shape[0] == 0:
+            continue
+        if ks.shape[0] == 0:  # no keys: a zero output (flashjit's convention; the math would be NaN)
+            outs.append(torch.zeros(qs.shape[0], qs.shape[1], v.shape[2], dtype=q.dtype, device=q.device) * qs.sum())
+            continue
+        outs.append(fn(qs[None], ks[None], vs[None], causal)[0])
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("dtype, lens_q, lens_k, hq, hkv, d, causal", VARLEN_CASES)
+def test_varlen_gradients_match_float64_within_a_few_times_sdpas_error(dtype, lens_q, lens_k, hq, hkv, d, causal):
+    """flash_attn_varlen_func trains: packed sequences (empty ones and one without keys among
+    them), GQA, bottom-right causal per sequence; dq, dk, dv against float64 attention run one
+    sequence at a time, within a few times SDPA's error run the same way."""
+    torch.manual_seed(0)
+    cu_q = [0] + torch.tensor(lens_q).cumsum(0).tolist()
+    cu_k = [0] + torch.tensor(lens_k).cumsum(0).tolist()
+    q = torch.randn(cu_q[-1], hq, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(cu_k[-1], hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    dout = torch.randn(cu_q[-1], hq, d, device="cuda", dtype=dtype)
+    group = hq // hkv
+
+    def math(q, k, v, causal):
+        return math_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2), causal)
+
+    def packed(fn):
+        return lambda q, k, v, c: _per_sequence(fn, q, k, v, None, cu_q, cu_k, c)
+
+    want_out, want = grads(packed(math), q.double(), k.double(), v.double(), dout.double(), causal)
+    cq, ck = (torch.tensor(c, dtype=torch.int32, device="cuda") for c in (cu_q, cu_k))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="flashjit: autograd records")  # the backward takes varlen
+        out, got = grads(lambda q, k, v, c: flash_attn_varlen_func(q, k, v, cq, ck, max(lens_q), max(lens_k), causal=c),
+                         q, k, v, dout, causal)
+    _, ref = grads(packed(sdpa), q, k, v, dout, causal)
+    check_gradients(dtype, out, got, ref, want_out, want)
+
+
+def test_kv_lens_gradients_are_those_of_the_used_keys_and_zero_past_them():
+    """Per-sequence key counts (kv_lens, FlashAttention-3's seqused_k) in training: each sequence's
+    gradients equal those of attention over its first kv_lens[b] keys, and dk, dv are 0 past them
+    (written, not left as they were)."""
+    torch.manual_seed(0)
+    b, sq, sk, h, d, used = 3, 50, 96, 2, 64, [96, 17, 0]
+    q = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(b, sk, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    dout = torch.randn(b, sq, h, d, device="cuda", dtype=torch.bfloat16)
+    kv_lens = torch.tensor(used, dtype=torch.int32, device="cuda")
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out, _ = flashjit.ops.call(*leaves, None, None, 0, 0, kv_lens, None, None, None, 1.0 / math.sqrt(d), False, -1, -1,
+                               0.0, False, False)
+    out.backward(dout)
+    for i, n in enumerate(used):
+        if n == 0:
+            assert out[i].eq(0).all() and leaves[0].grad[i].eq(0).all()
+        else:
+            want_out, want = grads(math_attention, q[i:i + 1].double(), k[i:i + 1, :n].double(),
+                                   v[i:i + 1, :n].double(), dout[i:i + 1].double(), False)
+            assert rel_l2(out[i:i + 1], want_out) < 1e-2
+            for g, w in zip((leaves[0].grad[i:i + 1], leaves[1].grad[i:i + 1, :n], leaves[2].grad[i:i + 1, :n]), want):
+                assert rel_l2(g, w) < 2e-2
+        assert leaves[1].grad[i, n:].eq(0).all() and leaves[2].grad[i, n:].eq(0).all()
 
 
 class Block(torch.nn.Module):
