@@ -45,8 +45,8 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
   if (a.deterministic)
     return Error(Code::unsupported, "deterministic: the backward sums dq with atomics so far; a fixed-order mode is planned "
                                     "(docs/design/backward.md)");
-  if (a.dsinks)
-    return Error(Code::unsupported, "dsinks: the backward does not compute the sinks' gradient yet (it refuses sinks)");
+  if (a.dsinks && !f.sinks)
+    return bad("dsinks is given but forward.sinks is null: the sinks' gradient needs the sinks");
 
   const std::size_t elem = dtype_size(f.q.dtype);
   Extent eq, ek, ev, eo, el, edo, edq, edk, edv;
@@ -59,11 +59,19 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
   FJ_TRY(check_like("dq", a.dq, "forward.q", f.q, true, &edq));
   FJ_TRY(check_like("dk", a.dk, "forward.k", f.k, true, &edk));
   FJ_TRY(check_like("dv", a.dv, "forward.v", f.v, true, &edv));
+  Extent eds;  // dL/dsinks, fp32 [heads_q]: empty without it
+  if (a.dsinks) {
+    const std::int64_t shape[1] = {out.shape.heads_q}, stride[1] = {1};
+    FJ_TRY(check_layout("dsinks", a.dsinks, shape, stride, sizeof(float), true, &eds));
+    Extent esinks;
+    FJ_TRY(check_layout("forward.sinks", f.sinks, shape, stride, sizeof(float), false, &esinks));
+    if (overlaps(eds, esinks)) return bad("dsinks must not overlap forward.sinks in memory");
+  }
   // The kernels read every input while writing the gradients, and each gradient is written by
   // other CTAs than the others: no output may share a byte with anything else.
   const std::pair<const char*, const Extent*> inputs[] = {{"forward.q", &eq}, {"forward.k", &ek}, {"forward.v", &ev},
                                                           {"forward.o", &eo}, {"forward.lse", &el}, {"dout", &edo}};
-  const std::pair<const char*, const Extent*> outputs[] = {{"dq", &edq}, {"dk", &edk}, {"dv", &edv}};
+  const std::pair<const char*, const Extent*> outputs[] = {{"dq", &edq}, {"dk", &edk}, {"dv", &edv}, {"dsinks", &eds}};
   for (const auto& [name, e] : outputs) {
     for (const auto& [in_name, in] : inputs)
       if (overlaps(*e, *in)) return bad(std::string(name) + " must not overlap " + in_name + " in memory");

@@ -275,14 +275,15 @@ _BWD_OFFSETS, _BWD_STRUCT = _packed_layout((BackwardArgsV1,))
 _BWD_BUFFER = ctypes.c_char * _BWD_STRUCT.size
 
 
-def make_backward_args_v1(forward, dout, dq, dk, dv, deterministic=False):
+def make_backward_args_v1(forward, dout, dq, dk, dv, deterministic=False, dsinks=None):
     """flashjit_backward_args_v1 for the forward's arguments `forward` (an ArgsV2 from make_args_v2,
     with its o and lse) and the 4-d [B, S, H, D] views dout (o's shape), dq, dk, dv (q's, k's,
-    v's shapes). The returned struct keeps `forward` alive."""
+    v's shapes); dsinks: fp32 [heads_q] for the sinks' gradient (with the forward's sinks). The
+    returned struct keeps `forward` alive."""
     buf = _BWD_BUFFER()
     _BWD_STRUCT.pack_into(buf, 0, ctypes.sizeof(BackwardArgsV1), ABI_VERSION, ctypes.addressof(forward),
                           *_tensor_scalars(dout), *_tensor_scalars(dq), *_tensor_scalars(dk), *_tensor_scalars(dv),
-                          0, DETERMINISTIC if deterministic else 0, 0, 0, 0)
+                          0 if dsinks is None else dsinks.data_ptr(), DETERMINISTIC if deterministic else 0, 0, 0, 0)
     args = BackwardArgsV1.from_buffer(buf)
     args._forward = forward
     return args

@@ -329,7 +329,7 @@ def python_kernel_reason():
 _BACKWARD_SCHEMA = ("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
                     "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, Tensor? kv_lens, "
                     "Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, float softmax_scale, bool causal, "
-                    "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor)")
+                    "int window_left, int window_right, float softcap, bool deterministic) -> (Tensor, Tensor, Tensor, Tensor)")
 _LIBRARY.define(_BACKWARD_SCHEMA)
 _LIBRARY.define(_TRAIN_SCHEMA)
 
@@ -343,25 +343,33 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
                        max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
                        alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
                        window_left: int, window_right: int, softcap: float,
-                       deterministic: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """torch.ops.flashjit.attention_backward's CUDA kernel: (dq, dk, dv) of one forward call,
-    given its arguments, its output and its LSE (fp32, natural log, the operator's LSE layout).
-    What the engine's backward does not support raises FlashjitError with its message."""
-    dq, dk, dv = _grad_like(q), _grad_like(k), _grad_like(v)
+                       deterministic: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """torch.ops.flashjit.attention_backward's CUDA kernel: (dq, dk, dv, dsinks) of one forward
+    call, given its arguments, its output and its LSE (fp32, natural log, the operator's LSE
+    layout); dsinks is fp32 [heads_q] with sinks, else empty. What the engine's backward does not
+    support raises FlashjitError with its message."""
+    dq, dk, dv, dsinks = _grad_like(q), _grad_like(k), _grad_like(v), _dsinks_like(sinks)
     launch_backward(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, kv_lens=kv_lens, block_table=block_table,
                     alibi_slopes=alibi_slopes, sinks=sinks, softmax_scale=softmax_scale, causal=causal,
-                    window_left=window_left, window_right=window_right, softcap=softcap, deterministic=deterministic)
-    return dq, dk, dv
+                    window_left=window_left, window_right=window_right, softcap=softcap, deterministic=deterministic,
+                    dsinks=dsinks if sinks is not None else None)
+    return dq, dk, dv, dsinks
+
+
+def _dsinks_like(sinks):
+    """The sinks' gradient: fp32 like them, or an empty tensor where the call has none."""
+    return sinks.new_empty(sinks.shape) if sinks is not None else torch.empty(0, dtype=torch.float32)
 
 
 def launch_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dq: Tensor, dk: Tensor,
                     dv: Tensor, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                     block_table=None, alibi_slopes=None, sinks=None, softmax_scale=0.0, causal=False, window_left=-1,
-                    window_right=-1, softcap=0.0, deterministic=False):
+                    window_right=-1, softcap=0.0, deterministic=False, dsinks=None):
     """The backward into gradients the caller allocated (any strides, shaped as q, k, v; they must
     not overlap the inputs). launch's twin, for callers that owe their gradients a layout: the
-    SDPA backend returns aten's (those of torch.empty_like(query), which torch.compile checks)."""
+    SDPA backend returns aten's (those of torch.empty_like(query), which torch.compile checks).
+    dsinks (fp32 [heads_q], with sinks) receives the sinks' gradient where given."""
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
     if dout.shape != out.shape:
         raise FlashjitError("dout must have out's shape %s, got %s" % (list(out.shape), list(dout.shape)))
@@ -375,7 +383,9 @@ def launch_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, 
     varlen = cu_seqlens_q is not None
     as4 = (lambda t: t.unsqueeze(0)) if varlen else (lambda t: t)
     kv4 = (lambda t: t) if block_table is not None else as4
-    args = _abi.make_backward_args_v1(forward, as4(dout), as4(dq), kv4(dk), kv4(dv), deterministic)
+    if dsinks is not None:
+        _check_side("dsinks", dsinks, q.device, torch.float32, (q.shape[-2],))
+    args = _abi.make_backward_args_v1(forward, as4(dout), as4(dq), kv4(dk), kv4(dv), deterministic, dsinks)
     device = q.device
     if device.index is not None and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
@@ -394,7 +404,8 @@ _LIBRARY.impl("attention_backward", attention_backward, "CUDA")
 @torch.library.register_fake("flashjit::attention_backward", lib=_LIBRARY)
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
       alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    return _grad_like(q), _grad_like(k), _grad_like(v)
+    empty = q.new_empty(0, dtype=torch.float32)
+    return _grad_like(q), _grad_like(k), _grad_like(v), (sinks.new_empty(sinks.shape) if sinks is not None else empty)
 
 
 def _train(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
@@ -431,14 +442,14 @@ def _backward_train(ctx, grad_out, grad_lse):
     max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap = ctx.options
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
-        if t is not None and t.requires_grad:
-            raise NotImplementedError("flashjit's backward computes dq, dk and dv only: %s requires grad, and its "
-                                      "gradient is not computed (detach it)" % name)
-    dq, dk, dv = torch.ops.flashjit.attention_backward(
+    if alibi_slopes is not None and alibi_slopes.requires_grad:
+        raise NotImplementedError("flashjit's backward computes dq, dk, dv and the sinks' gradient: alibi_slopes "
+                                  "requires grad, and its gradient is not computed (detach it)")
+    dq, dk, dv, dsinks = torch.ops.flashjit.attention_backward(
         grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
         alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, False)
-    return (dq, dk, dv) + (None,) * 15
+    # Inputs in the schema's order: q, k, v, then sinks at 10 among the 18.
+    return (dq, dk, dv) + (None,) * 7 + (dsinks if sinks is not None and ctx.needs_input_grad[10] else None,) + (None,) * 7
 
 
 _BACKWARD_SUPPORT = {}  # the call's semantics -> the engine's message where its backward refuses them, else None

@@ -17,7 +17,6 @@ using namespace fj::var;
 // (docs/design/backward.md).
 static_assert(k16Bit, "bwd_sm80: fp16 and bf16 only so far");
 static_assert(!kKvStarts && !kPaged, "bwd_sm80: no kv_starts or paged K/V (no training through a KV cache)");
-static_assert(!kSinks, "bwd_sm80: no attention sinks so far");
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile

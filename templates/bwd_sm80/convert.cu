@@ -19,6 +19,17 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
   const int head = blockIdx.y;
   const Sequence seq = sequence_of(f, blockIdx.z);
   const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
+  if constexpr (kSinks) {
+    // dL/dsinks[head]: the Q blocks' terms summed in one fixed order by one thread (batch, then
+    // block), so the result is the same run to run; preprocess, before this kernel on the
+    // stream, wrote them all.
+    if (p.dsinks && blockIdx.x == 0 && blockIdx.z == 0 && tid == 0) {
+      float sum = 0.f;
+      const long long terms = static_cast<long long>(gridDim.z) * gridDim.x;
+      for (long long i = 0; i < terms; ++i) sum += p.dsinks_part[i * f.heads_q + head];
+      p.dsinks[head] = sum;
+    }
+  }
   const float* accum = p.dq_accum + ws_row0 * kDQK;
   const int rows = min(kBlockM, seq.len_q - m0);
 

@@ -13,6 +13,8 @@ struct FjBackwardParams {
   void* dv;               // [batch, seq_k, heads_kv, head_dim_v]
   float* dq_accum;        // workspace: [batch, heads_q, seqlen_q_rounded, kDQK] fp32, zeroed by preprocess
   float* dpsum;           // workspace: D = rowsum(dO * O), [batch, heads_q, seqlen_q_rounded]
+  float* dsinks;          // sinks: dL/dsinks fp32 [heads_q], written by convert; null: not asked for
+  float* dsinks_part;     // sinks: workspace [batch, seqlen_q_rounded / kBlockM, heads_q], one term a Q block
   long long dout_stride[4];
   long long dq_stride[4];
   long long dk_stride[4];

@@ -6,6 +6,7 @@
 //
 // Varlen: blockIdx.z is the sequence; its workspace rows are [z, head] x seqlen_q_rounded (the
 // longest sequence rounded up), so every sequence's span is its own.
+// Sinks: each CTA writes its Q block's term of dL/dsinks to the workspace; convert sums them.
 // Not yet covered (see docs/design/backward.md): fp32 inputs; a vectorized read of O and dO (one
 // element a lane here).
 #include "bwd_sm80/config.cuh"
@@ -23,7 +24,9 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
   const Sequence seq = sequence_of(f, blockIdx.z);
   const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
 
-  // D: one warp per row, its lanes striding the head dim; rows past the sequence get 0.
+  // D: one warp per row, its lanes striding the head dim; rows past the sequence get 0. With
+  // sinks, lane 0 of each warp also sums its rows' -exp(sink - LSE) * D, the sink's gradient.
+  float dsink = 0.f;
   for (int r = warp; r < kBlockM; r += kWarps) {
     const int row = m0 + r;
     float acc = 0.f;
@@ -35,6 +38,24 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
     }
     acc = warp_sum(acc);
     if (lane == 0) p.dpsum[ws_row0 + r] = acc;
+    if constexpr (kSinks) {
+      if (lane == 0 && row < seq.len_q) {
+        const float lse = f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]];
+        // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
+        if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;
+      }
+    }
+  }
+  if constexpr (kSinks) {
+    // The block's term, summed in a fixed order (warp by warp): deterministic with no atomics.
+    __shared__ float warp_terms[kWarps];
+    if (lane == 0) warp_terms[warp] = dsink;
+    __syncthreads();
+    if (tid == 0 && p.dsinks) {
+      float block = 0.f;
+      for (int w = 0; w < kWarps; ++w) block += warp_terms[w];
+      p.dsinks_part[(static_cast<long long>(blockIdx.z) * gridDim.x + blockIdx.x) * f.heads_q + head] = block;
+    }
   }
 
   // The block's dQ accumulator rows, every padded column included (the main kernel's atomics

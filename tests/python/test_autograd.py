@@ -1,7 +1,7 @@
 """Gradients through flashjit without a GPU: the backward's C struct against the header field by
 field, the operators' registration, what the engine's backward plans and refuses (for a named
-arch, no GPU: windows, softcap, ALiBi, GQA and head dims 1 to 128 plan; larger head dims, Dqk != Dv,
-fp32 and sinks are refused), and the autograd wiring end to end on CPU tensors, where the float64
+arch, no GPU: windows, softcap, ALiBi, sinks, GQA, varlen and head dims 1 to 128 plan; larger head
+dims, Dqk != Dv, fp32 and paged caches are refused), and the autograd wiring end to end on CPU tensors, where the float64
 reference stands in for the forward and backward kernels (eager and torch.compile). Numerics on the
 GPU: tests/python/gpu."""
 import ctypes
@@ -84,10 +84,16 @@ def test_the_operators_register():
     assert torch._C._dispatch_has_kernel_for_dispatch_key("flashjit::attention_backward", "CUDA")
     with torch._subclasses.fake_tensor.FakeTensorMode():
         q = torch.empty(2, 33, 4, 64, dtype=torch.float16, device="cuda")
-        dq, dk, dv = torch.ops.flashjit.attention_backward(q, q, q, q, q, torch.empty(2, 4, 33, device="cuda"), None,
-                                                           None, 0, 0, None, None, None, None, 0.0, True, -1, 0, 0.0,
-                                                           False)
+        dq, dk, dv, dsinks = torch.ops.flashjit.attention_backward(q, q, q, q, q, torch.empty(2, 4, 33, device="cuda"),
+                                                                   None, None, 0, 0, None, None, None, None, 0.0, True,
+                                                                   -1, 0, 0.0, False)
         assert dq.shape == dk.shape == dv.shape == q.shape and dq.dtype == torch.float16
+        assert dsinks.shape == (0,)
+        sinks = torch.empty(4, device="cuda")
+        *_, dsinks = torch.ops.flashjit.attention_backward(q, q, q, q, q, torch.empty(2, 4, 33, device="cuda"), None,
+                                                           None, 0, 0, None, None, None, sinks, 0.0, True, -1, 0, 0.0,
+                                                           False)
+        assert dsinks.shape == (4,) and dsinks.dtype == torch.float32
 
 
 def meta(*shape, dtype=torch.bfloat16):
@@ -128,7 +134,6 @@ HEAD_DIM_RULE = r"q.shape\[3\] and v.shape\[3\] \(head_dim\): the backward takes
     (dict(d=160), HEAD_DIM_RULE),  # the forward takes up to 256
     (dict(d=192, dv=128), HEAD_DIM_RULE),  # Dqk != Dv (MLA)
     (dict(dtype=torch.float32), "q.dtype: the backward takes f16 or bf16"),
-    (dict(sinks=meta(4, dtype=torch.float32)), "sinks: the backward does not take attention sinks yet"),
 ])
 def test_unsupported_semantics_raise_the_engines_message(kwargs, needle):
     with pytest.raises(FlashjitError, match=needle):
@@ -155,7 +160,16 @@ def reference_backward(reference_attention, dout, q, k, v, out, lse, cu_seqlens_
         leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
         o = _reference_out(reference_attention, *leaves, causal=causal, softmax_scale=softmax_scale)
         grads = torch.autograd.grad(o, leaves, dout.double())
-    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v))) + (_dsinks(dout, out, lse, sinks),)
+
+
+def _dsinks(dout, out, lse, sinks):
+    """dL/dsinks[h] = -sum over rows of exp(sink[h] - LSE) * rowsum(dO * O), in float64 (dense
+    [B, S, H, D] layouts), or empty without sinks."""
+    if sinks is None:
+        return torch.empty(0)
+    d = (dout.double() * out.double()).sum(-1).transpose(1, 2)  # [B, H, S]
+    return (-(sinks.double()[None, :, None] - lse.double()).exp() * d).sum((0, 2)).float()
 
 
 def _reference_out(reference, q, k, v, causal, softmax_scale):
@@ -219,11 +233,18 @@ def test_no_grad_takes_the_operator_without_autograd(cpu_kernels):
     assert lse is None and not out.requires_grad  # the dense operator: no LSE
 
 
-def test_sinks_requiring_grad_raise_at_backward(cpu_kernels):
+def test_sinks_requiring_grad_get_the_kernels_gradient(cpu_kernels):
+    # The backward's fourth output lands in sinks.grad (its values: tests/python/gpu, against float64).
     q = torch.randn(1, 8, 2, 16, dtype=torch.float64, requires_grad=True)
-    sinks = torch.zeros(2, dtype=torch.float32, requires_grad=True)
-    out = ops.call(q, q, q, None, None, 0, 0, None, None, None, sinks, 0.0, False, -1, -1, 0.0, False, False)[0]
-    with pytest.raises(NotImplementedError, match="sinks requires grad"):
+    sinks = torch.tensor([0.5, -1.0], dtype=torch.float32, requires_grad=True)
+    out, lse = ops.call(q, q, q, None, None, 0, 0, None, None, None, sinks, 0.0, False, -1, -1, 0.0, True, False)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    assert sinks.grad.dtype == torch.float32 and sinks.grad.shape == (2,)
+    torch.testing.assert_close(sinks.grad, _dsinks(dout, out.detach(), lse, sinks.detach()))
+    alibi = torch.ones(2, dtype=torch.float32, requires_grad=True)
+    out = ops.call(q, q, q, None, None, 0, 0, None, None, alibi, None, 0.0, False, -1, -1, 0.0, False, False)[0]
+    with pytest.raises(NotImplementedError, match="alibi_slopes requires grad"):
         out.sum().backward()
 
 
@@ -309,8 +330,8 @@ def test_the_backward_kernel_packs_the_forward_and_the_gradients(monkeypatch, va
         lse = torch.empty(2, 2, 25)
         side = (None, None, 0, 0)
     out, dout = torch.randn(q.shape, dtype=torch.float16), torch.ones(1, dtype=torch.float16).expand(q.shape)
-    dq, dk, dv = ops.attention_backward(dout, q, kv, kv, out, lse, *side, None, None, None, None, 0.25, True, -1, 0,
-                                        0.0, False)
+    dq, dk, dv, _ = ops.attention_backward(dout, q, kv, kv, out, lse, *side, None, None, None, None, 0.25, True, -1,
+                                           0, 0.0, False)
     assert dq.shape == q.shape and dk.shape == dv.shape == kv.shape and dq.is_contiguous()
     (s,) = seen
     lead = [1] if varlen else []

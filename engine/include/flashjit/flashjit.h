@@ -196,7 +196,7 @@ typedef struct flashjit_backward_args_v1 {
   const flashjit_attention_args_v2* forward;
   flashjit_tensor dout;          /* dL/do: o's shape and dtype */
   flashjit_tensor dq, dk, dv;    /* written: q's, k's and v's shapes and dtype, any strides */
-  float* dsinks;                 /* NULL (the sinks' gradient is not supported yet) */
+  float* dsinks;                 /* NULL, or with forward->sinks: written, device fp32 [heads_q] dL/dsinks */
   uint32_t flags;                /* FLASHJIT_DETERMINISTIC, or 0 */
   uint32_t reserved;             /* must be 0 */
   /* Device scratch memory the caller owns, at least flashjit_backward_workspace_size_v1() bytes,

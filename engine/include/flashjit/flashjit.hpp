@@ -127,14 +127,15 @@ struct AttentionArgs {
 // forward was called (its semantics: mask, scale, dtype, ...), except that o and lse are now
 // read: lse is required (the backward recomputes the probabilities from it). So far fp16 and
 // bf16, head dim 1 to 128 (q, k and v alike), causal or not, GQA/MQA, sliding windows, softcap,
-// ALiBi (no slope gradient), varlen and kv_lens (keys past a sequence's kv_lens get dk = dv = 0;
+// ALiBi (no slope gradient), sinks, varlen and kv_lens (keys past a sequence's kv_lens get dk = dv = 0;
 // rows of dq that no varlen sequence covers are not written); anything else is refused with
-// UNSUPPORTED naming the argument (paged, kv_starts, sinks, fp32 and head dims past 128).
+// UNSUPPORTED naming the argument (paged, kv_starts, fp32 and head dims past 128). With sinks,
+// dsinks receives their gradient (summed in a fixed order: the same bits run to run).
 struct BackwardArgs {
   AttentionArgs forward;        // forward.workspace must be empty: the backward's is below
   TensorView dout;              // dL/do: o's shape and dtype
   TensorView dq, dk, dv;        // written: q's, k's and v's shapes and dtype, any strides
-  float* dsinks = nullptr;      // dL/dsinks, fp32 [heads_q]; with sinks only (not yet supported)
+  float* dsinks = nullptr;      // written: dL/dsinks, fp32 [heads_q] on the device; with sinks only; null: not computed
   bool deterministic = false;   // dq summed in a fixed order (not yet supported: dq is summed
                                 // with atomics, so its last bits may differ between calls)
   // Device scratch memory the caller owns (an fp32 dq accumulator and one float per query row),

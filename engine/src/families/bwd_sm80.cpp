@@ -81,7 +81,7 @@ int smem_bytes(const Semantics& s, const Tiling& t) {
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
 struct BwdWorkspace {
-  std::uint64_t dpsum_offset = 0, bytes = 0;
+  std::uint64_t dpsum_offset = 0, dsinks_offset = 0, bytes = 0;
 };
 BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
   auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
@@ -90,7 +90,9 @@ BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int
                              std::uint64_t((shape.seqlen_q + block_m - 1) / block_m * block_m);
   BwdWorkspace w;
   w.dpsum_offset = up(rows * std::uint64_t(dqk) * sizeof(float));
-  w.bytes = w.dpsum_offset + up(rows * sizeof(float));
+  w.dsinks_offset = w.dpsum_offset + up(rows * sizeof(float));
+  // With sinks, one term of dL/dsinks a (batch, Q block, head): rows / block_m of them.
+  w.bytes = w.dsinks_offset + (s.sinks ? up(rows / std::uint64_t(block_m) * sizeof(float)) : 0);
   return w;
 }
 
@@ -109,7 +111,6 @@ class BwdSm80 final : public KernelFamilyBase {
       return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
     if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
-    if (s.sinks) return "sinks: the backward does not take attention sinks yet";
     return smem_refusal(*this, arch, s);
   }
 
@@ -181,6 +182,7 @@ class BwdSm80 final : public KernelFamilyBase {
     const unsigned n_blocks = unsigned((p.shape.seqlen_k + t[kBlockN] - 1) / t[kBlockN]);
     float* dq_accum = nullptr;
     float* dpsum = nullptr;
+    float* dsinks_part = nullptr;
     if (m_blocks > 0) {  // with no query rows only the main kernel runs: it writes dK = dV = 0
       const BwdWorkspace w = workspace_layout(p.shape, v.semantics, t[kBlockM]);
       auto buffer = workspace.get(w.bytes, 0);
@@ -188,6 +190,7 @@ class BwdSm80 final : public KernelFamilyBase {
       if (const CUdeviceptr base = buffer.value()) {
         dq_accum = reinterpret_cast<float*>(base);
         dpsum = reinterpret_cast<float*>(base + w.dpsum_offset);
+        if (v.semantics.sinks) dsinks_part = reinterpret_cast<float*>(base + w.dsinks_offset);
       }
     }
     auto add = [&](int entry, unsigned blocks, std::int64_t heads, int smem) {
@@ -204,6 +207,8 @@ class BwdSm80 final : public KernelFamilyBase {
       bp.dv = const_cast<void*>(b.dv.data);
       bp.dq_accum = dq_accum;
       bp.dpsum = dpsum;
+      bp.dsinks = b.dsinks;
+      bp.dsinks_part = dsinks_part;
       for (int i = 0; i < 4; ++i) {
         bp.dout_stride[i] = b.dout.stride[i];
         bp.dq_stride[i] = b.dq.stride[i];
