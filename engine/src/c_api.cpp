@@ -83,13 +83,14 @@ flashjit::Status convert_common(const flashjit_tensor* const (&tensors)[4], cons
   return {};
 }
 
-flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args* a) {
+// The converters fill a default-constructed `out` in the caller's frame: the arguments are
+// built once, not copied out of a Result (a few hundred bytes a call on the dispatch path).
+flashjit::Status convert(const flashjit_attention_args* a, flashjit::AttentionArgs& out) {
   using namespace flashjit;
   if (!a) return Error(Code::invalid_argument, "args is null");
-  AttentionArgs out;
   FJ_TRY(convert_common({&a->q, &a->k, &a->v, &a->o}, a->lse, a->mask, a->fp32_math, a->softmax_scale, out));
   if (a->reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
-  return out;
+  return {};
 }
 
 // The first published v2 struct ends at `paged`: a caller's struct_size is at least that.
@@ -100,10 +101,12 @@ constexpr std::uint32_t kBackwardAbi = 5;
 
 // Reads a caller's size-prefixed struct of any size: fields this library does not know must be
 // zero (a newer caller asking for something this library cannot do is refused, not ignored).
-// `older` says what callers of older ABI versions use instead.
+// `older` says what callers of older ABI versions use instead. The answer is the caller's own
+// struct when it holds every field this library knows (no copy on the dispatch path), else an
+// older caller's shorter struct copied into `padded`, the fields it lacks zero.
 template <class T>
-flashjit::Result<T> read_sized(const T* a, std::size_t min_size, std::uint32_t min_abi, const char* what,
-                               const char* older) {
+flashjit::Result<const T*> read_sized(const T* a, std::size_t min_size, std::uint32_t min_abi, const char* what,
+                                      const char* older, T& padded) {
   using namespace flashjit;
   if (!a) return Error(Code::invalid_argument, "args is null");
   const std::size_t size = a->struct_size;
@@ -123,21 +126,19 @@ flashjit::Result<T> read_sized(const T* a, std::size_t min_size, std::uint32_t m
       return Error(Code::unsupported, "args sets a field at byte " + std::to_string(i) +
                                           " that this flashjit (ABI version " + std::to_string(FLASHJIT_ABI_VERSION) +
                                           ") does not know; update the library");
-  T out{};
-  std::memcpy(&out, a, std::min(size, sizeof out));
-  return out;
+  if (size >= sizeof(T)) return a;
+  padded = T{};
+  std::memcpy(&padded, a, size);
+  return &padded;
 }
 
-flashjit::Result<flashjit_attention_args_v2> read_v2(const flashjit_attention_args_v2* a) {
-  return read_sized(a, kArgsV2MinSize, 2, "flashjit_attention_args_v2", " (v1 callers use flashjit_forward)");
-}
-
-flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_v2* args) {
+flashjit::Status convert(const flashjit_attention_args_v2* args, flashjit::AttentionArgs& out) {
   using namespace flashjit;
-  auto read = read_v2(args);
+  flashjit_attention_args_v2 padded;
+  auto read = read_sized(args, kArgsV2MinSize, 2, "flashjit_attention_args_v2", " (v1 callers use flashjit_forward)",
+                         padded);
   if (!read.ok()) return std::move(read).error();
-  const flashjit_attention_args_v2& a = read.value();
-  AttentionArgs out;
+  const flashjit_attention_args_v2& a = *read.value();
   FJ_TRY(convert_common({&a.q, &a.k, &a.v, &a.o}, a.lse, a.mask, a.fp32_math, a.softmax_scale, out));
   if (a.softcap != 0.f) out.softcap = a.softcap;  // validation refuses negative and NaN
   if (a.varlen)
@@ -156,19 +157,18 @@ flashjit::Result<flashjit::AttentionArgs> convert(const flashjit_attention_args_
   out.sm_margin = int(a.sm_margin);
   out.check_metadata = (a.flags & FLASHJIT_CHECK_METADATA) != 0;
   out.workspace = {a.workspace, a.workspace_bytes};
-  return out;
+  return {};
 }
 
-flashjit::Result<flashjit::BackwardArgs> convert(const flashjit_backward_args_v1* args) {
+flashjit::Status convert(const flashjit_backward_args_v1* args, flashjit::BackwardArgs& out) {
   using namespace flashjit;
-  auto read = read_sized(args, kBackwardV1MinSize, kBackwardAbi, "flashjit_backward_args_v1", "");
+  flashjit_backward_args_v1 padded;
+  auto read = read_sized(args, kBackwardV1MinSize, kBackwardAbi, "flashjit_backward_args_v1", "", padded);
   if (!read.ok()) return std::move(read).error();
-  const flashjit_backward_args_v1& a = read.value();
+  const flashjit_backward_args_v1& a = *read.value();
   if (!a.forward) return Error(Code::invalid_argument, "args.forward is null: the forward's arguments are required");
-  auto forward = convert(a.forward);
-  if (!forward.ok()) return Error(forward.error().code(), "forward: " + forward.error().message());
-  BackwardArgs out;
-  out.forward = std::move(forward).value();
+  if (auto forward = convert(a.forward, out.forward); !forward.ok())
+    return Error(forward.error().code(), "forward: " + forward.error().message());
   FJ_TRY(convert_tensor(a.dout, "dout", out.dout));
   FJ_TRY(convert_tensor(a.dq, "dq", out.dq));
   FJ_TRY(convert_tensor(a.dk, "dk", out.dk));
@@ -179,7 +179,7 @@ flashjit::Result<flashjit::BackwardArgs> convert(const flashjit_backward_args_v1
   if (a.reserved != 0) return Error(Code::invalid_argument, "args.reserved must be 0");
   out.deterministic = (a.flags & FLASHJIT_DETERMINISTIC) != 0;
   out.workspace = {a.workspace, a.workspace_bytes};
-  return out;
+  return {};
 }
 
 template <class F>
@@ -199,9 +199,9 @@ template <class Args>
 flashjit_status forward_any(flashjit_engine* engine, const Args* args, void* stream) {
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto st = engine->engine->forward(a.value(), static_cast<CUstream>(stream));
+    flashjit::AttentionArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto st = engine->engine->forward(a, static_cast<CUstream>(stream));
     if (!st.ok()) return fail(st.error());
     return FLASHJIT_OK;
   });
@@ -221,9 +221,9 @@ flashjit_status precompile_any(flashjit_engine* engine, const Args* args, const 
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
     if (!arch) return fail(FLASHJIT_INVALID_ARGUMENT, "arch is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto p = engine->engine->plan(a.value(), arch);
+    flashjit::AttentionArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto p = engine->engine->plan(a, arch);
     if (!p.ok()) return fail(p.error());
     auto r = engine->engine->compile(p->variant, arch);
     if (!r.ok()) return fail(r.error());
@@ -291,9 +291,9 @@ flashjit_status flashjit_workspace_size_v2(flashjit_engine* engine, const flashj
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
     if (!bytes_out) return fail(FLASHJIT_INVALID_ARGUMENT, "bytes_out is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto bytes = engine->engine->workspace_size(a.value(), static_cast<CUstream>(stream));
+    flashjit::AttentionArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto bytes = engine->engine->workspace_size(a, static_cast<CUstream>(stream));
     if (!bytes.ok()) return fail(bytes.error());
     *bytes_out = bytes.value();
     return FLASHJIT_OK;
@@ -305,9 +305,9 @@ uint64_t flashjit_args_v2_size(void) { return sizeof(flashjit_attention_args_v2)
 flashjit_status flashjit_backward_v1(flashjit_engine* engine, const flashjit_backward_args_v1* args, void* stream) {
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto st = engine->engine->backward(a.value(), static_cast<CUstream>(stream));
+    flashjit::BackwardArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto st = engine->engine->backward(a, static_cast<CUstream>(stream));
     if (!st.ok()) return fail(st.error());
     return FLASHJIT_OK;
   });
@@ -318,9 +318,9 @@ flashjit_status flashjit_backward_workspace_size_v1(flashjit_engine* engine, con
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
     if (!bytes_out) return fail(FLASHJIT_INVALID_ARGUMENT, "bytes_out is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto bytes = engine->engine->backward_workspace_size(a.value(), static_cast<CUstream>(stream));
+    flashjit::BackwardArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto bytes = engine->engine->backward_workspace_size(a, static_cast<CUstream>(stream));
     if (!bytes.ok()) return fail(bytes.error());
     *bytes_out = bytes.value();
     return FLASHJIT_OK;
@@ -332,9 +332,9 @@ flashjit_status flashjit_precompile_backward_v1(flashjit_engine* engine, const f
   return guarded([&] {
     if (!engine) return fail(FLASHJIT_INVALID_ARGUMENT, "engine is null");
     if (!arch) return fail(FLASHJIT_INVALID_ARGUMENT, "arch is null");
-    auto a = convert(args);
-    if (!a.ok()) return fail(a.error());
-    auto p = engine->engine->plan_backward(a.value(), arch);
+    flashjit::BackwardArgs a;
+    if (auto st = convert(args, a); !st.ok()) return fail(st.error());
+    auto p = engine->engine->plan_backward(a, arch);
     if (!p.ok()) return fail(p.error());
     auto r = engine->engine->compile(p->variant, arch);
     if (!r.ok()) return fail(r.error());

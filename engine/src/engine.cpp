@@ -1,7 +1,7 @@
 // The engine: a call's route in order — validate, find the context, find or make the plan
 // (planner.cpp: family, tiling, compiled and loaded kernel), launch. A plan is made once per
-// (context, tuning bucket); every later call is validation, two driver queries, one hash lookup
-// and the launch.
+// (context, tuning bucket); every later call is validation, two driver queries, a comparison
+// with the plans this thread ran last (plan_memo.hpp; else one hash lookup) and the launch.
 #include "flashjit/flashjit.hpp"
 
 #include <atomic>
@@ -43,7 +43,12 @@ class Engine::Impl {
     if (args.check_metadata || *options_.check_metadata) FJ_TRY(check_device_metadata(call->drv, *problem, stream));
 
     // An explicit tiling comes from benchmarks and tuning tools.
-    auto plan = tiling ? planner_.with_tiling(*call, *tiling, *problem) : planned(*call, *problem, stream);
+    if (tiling) {
+      auto plan = planner_.with_tiling(*call, *tiling, *problem);
+      if (!plan.ok()) return std::move(plan).error();
+      return launch(*call, **plan, *problem, stream);
+    }
+    auto plan = planned(*call, *problem, stream);
     if (!plan.ok()) return std::move(plan).error();
     return launch(*call, **plan, *problem, stream);
   }
@@ -130,12 +135,11 @@ class Engine::Impl {
  private:
   Result<CallContext> call_context(CUstream stream) { return contexts_.call_context(stream); }
 
-  // The plan of the family of `pass` that serves the problem (the first by priority that accepts it).
-  Result<std::shared_ptr<const Plan>> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream,
-                                              Pass pass = Pass::forward) {
-    const KernelFamily* family = pick_family(call.info.arch, problem.semantics, &problem.shape, pass);
-    if (!family) return choose_family(call.info.arch, problem.semantics, &problem.shape, pass).error();
-    return planner_.get(call, *family, problem, stream);
+  // The plan of the family of `pass` that serves the problem (the first by priority that accepts
+  // it), valid until this thread's next call (Planner::dispatch).
+  Result<const Plan*> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream,
+                              Pass pass = Pass::forward) {
+    return planner_.dispatch(call, problem, stream, pass);
   }
 
   // The workspace bytes a call's plan asks for, planned as the call would be, nothing launched.

@@ -2,6 +2,7 @@
 
 #include "autotune/problem_bucket.hpp"
 #include "cudalib/nvrtc_library.hpp"
+#include "plan_memo.hpp"
 #include "template_store.hpp"
 #include "tuning_session.hpp"
 
@@ -18,7 +19,29 @@ autotune::TuneMode to_internal(TuneMode m) {
   return autotune::TuneMode::offline_only;
 }
 
+std::atomic<std::uint64_t> g_next_planner_id{1};
+
 }  // namespace
+
+Planner::Planner(const EngineOptions& options, KernelLoader& loader)
+    : id_(g_next_planner_id.fetch_add(1)), options_(options), loader_(loader) {}
+
+Result<const Plan*> Planner::dispatch(const CallContext& call, const AttentionProblem& problem, CUstream stream,
+                                      Pass pass) {
+  // Read before the lookup: a forget() racing with it then leaves a generation the next call sees as stale.
+  const PlanMemo::Key key{id_, generation_.load(std::memory_order_acquire), call.ctx, pass, problem.semantics,
+                          problem.shape};
+  PlanMemo& memo = PlanMemo::this_thread();
+  if (const Plan* known = memo.find(key)) {
+    hits_.fetch_add(1, std::memory_order_relaxed);
+    return known;
+  }
+  const KernelFamily* family = pick_family(call.info.arch, problem.semantics, &problem.shape, pass);
+  if (!family) return choose_family(call.info.arch, problem.semantics, &problem.shape, pass).error();
+  auto plan = get(call, *family, problem, stream);
+  if (!plan.ok()) return std::move(plan).error();
+  return memo.remember(key, std::move(plan).value());
+}
 
 bool Planner::Key::operator==(const Key& o) const {
   return ctx == o.ctx && family == o.family && seq_q_bucket == o.seq_q_bucket && seq_k_bucket == o.seq_k_bucket &&
@@ -150,8 +173,13 @@ void Planner::forget(CUcontext ctx) {
     std::unique_lock lock(plans_mu_);
     for (auto it = plans_.begin(); it != plans_.end();) it = it->first.ctx == ctx ? plans_.erase(it) : std::next(it);
   }
-  std::lock_guard lock(tuners_mu_);
-  tuners_.erase(ctx);
+  {
+    std::lock_guard lock(tuners_mu_);
+    tuners_.erase(ctx);
+  }
+  // Last: a dispatch() that read the new generation looks up after the erasures, so what it
+  // remembers is a new plan; one that read the old generation remembers under it, and is stale.
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace flashjit

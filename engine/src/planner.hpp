@@ -30,13 +30,19 @@ struct Plan {
 
 class Planner {
  public:
-  Planner(const EngineOptions& options, KernelLoader& loader) : options_(options), loader_(loader) {}
+  Planner(const EngineOptions& options, KernelLoader& loader);
 
   // The plan of `problem` in `call`'s context when `family` runs it: the one made before for its
   // bucket, else a new one. A new plan compiles or loads code, which never happens while
   // `stream` is being captured into a CUDA graph: that is an error naming the fix.
   Result<std::shared_ptr<const Plan>> get(const CallContext& call, const KernelFamily& family,
                                           const AttentionProblem& problem, CUstream stream);
+  // The family that serves `problem` (pick_family: the first by priority that accepts it) and
+  // its plan from get(). The calling thread's last few answers are kept (plan_memo.hpp) and
+  // given again, with no family choice, lock, hash or reference count, to a call of the same
+  // planner, context, pass, semantics and exact shape, until forget() drops the context's
+  // plans. The plan stays valid until this thread's next dispatch().
+  Result<const Plan*> dispatch(const CallContext& call, const AttentionProblem& problem, CUstream stream, Pass pass);
   // The plan of a tiling the caller chose (benchmarks, tuning tools), checked against the family's rules.
   Result<std::shared_ptr<const Plan>> with_tiling(const CallContext& call, const Tiling& tiling,
                                                   const AttentionProblem& problem);
@@ -69,6 +75,9 @@ class Planner {
                        const ProblemShape& shape);
   Result<autotune::Autotuner*> tuner_for(const CallContext& call);
 
+  const std::uint64_t id_;  // tells this planner from any other, past or future, at the same address
+  // Bumped by forget(): a remembered plan of an older generation is not given again.
+  std::atomic<std::uint64_t> generation_{0};
   const EngineOptions& options_;
   KernelLoader& loader_;
   std::shared_mutex plans_mu_;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "base/checked_math.hpp"
 #include "base/printable.hpp"
 #include "device_context.hpp"
 #include "tensor_layout.hpp"
@@ -86,9 +87,9 @@ int widest_vec(std::initializer_list<const TensorView*> views, std::size_t elem)
   for (int vec = int(kWidestAccessBytes / elem); vec > 1; vec /= 2) {
     bool ok = true;
     for (const TensorView* v : views) {
-      if (v->shape[3] % vec || reinterpret_cast<std::uintptr_t>(v->data) % (vec * elem)) ok = false;
+      if (!multiple_of(v->shape[3], vec) || !multiple_of(reinterpret_cast<std::uintptr_t>(v->data), vec * elem)) ok = false;
       for (int i = 0; i < 3; ++i)
-        if (v->stride[i] % vec) ok = false;
+        if (!multiple_of(v->stride[i], vec)) ok = false;
     }
     if (ok) return vec;
   }
@@ -139,7 +140,7 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   if (Dqk < 1 || Dqk > kMaxHeadDim) return bad(dim("q", 3) + " must be in [1, 256], got " + std::to_string(Dqk));
   if (Dv < 1 || Dv > kMaxHeadDim) return bad(dim("v", 3) + " must be in [1, 256], got " + std::to_string(Dv));
   if (Hkv == 0 && Hq > 0) return bad(dim("k", 2) + " is 0 but q has " + std::to_string(Hq) + " heads");
-  if (Hkv > 0 && Hq % Hkv != 0)
+  if (Hkv > 0 && Hq != Hkv && Hq % Hkv != 0)  // the common Hq == Hkv skips a division
     return bad("q.shape[2] (Hq = " + std::to_string(Hq) + ") must be a multiple of k.shape[2] (Hkv = " + std::to_string(Hkv) + ")");
   if (Hq > kMaxHeads) return bad(dim("q", 2) + " must be at most 65535, got " + std::to_string(Hq));
   // Bounded even where q has no heads to divide it: families multiply it by the batch and rows.

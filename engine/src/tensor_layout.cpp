@@ -80,7 +80,7 @@ Result<Extent> check_layout(const LayoutView& v) {
   if (empty) return Extent{};
   if (!v.data) return bad(std::string(v.name) + ".data is null");
   const auto base = reinterpret_cast<std::uintptr_t>(v.data);
-  if (base % v.elem_bytes)
+  if (!multiple_of(base, v.elem_bytes))
     return bad(std::string(v.name) + ".data must be aligned to its element size (" + std::to_string(v.elem_bytes) +
                " bytes)");
   const std::optional<std::uint64_t> end = checked_add(static_cast<std::uint64_t>(base), *bytes);

@@ -1,5 +1,7 @@
 #include "tma_map.hpp"
 
+#include <cstring>
+
 #include "cudalib/driver_library.hpp"
 
 namespace flashjit {
@@ -98,28 +100,60 @@ bool same_view(const TmaView& a, const TmaView& b) {
   return true;
 }
 
+// The memo: room for the three or four maps of a call, for a few alternating problems (layers
+// of different shapes, K and V of separate caches).
+constexpr int kSlots = 16;
+static_assert((kSlots & (kSlots - 1)) == 0, "slots are indexed by mask");
+struct Slot {
+  bool used = false;
+  TmaView view;
+  CUtensorMap map;
+};
+struct Memo {
+  Slot slots[kSlots];
+  int next = 0;       // the slot the next new map takes
+  int last_hit = -1;  // a call asks for its maps in the same order each time, and new maps
+                      // take consecutive slots: the slot after the last hit is the likely one
+                      // (after a call's last map, the first one's: not known, so a full scan)
+};
+
+// This thread's memo. Not inlined: in a shared library each access to a thread_local is a call
+// into the dynamic linker (__tls_get_addr), which GCC repeats at every use in a loop rather
+// than keep the address in a register; one call here gives it once.
+[[gnu::noinline]] Memo& this_threads_memo() {
+  thread_local Memo memo;
+  return memo;
+}
+
 }  // namespace
 
-Result<CUtensorMap> encode_tma_map_cached(const TmaView& v) {
-  // Room for the three or four maps of a call, for a few alternating problems (layers of
-  // different shapes, K and V of separate caches).
-  constexpr int kSlots = 16;
-  struct Slot {
-    bool used = false;
-    TmaView view;
-    CUtensorMap map;
-  };
-  thread_local Slot slots[kSlots];
-  thread_local int next = 0;
-  for (const Slot& s : slots)
-    if (s.used && same_view(s.view, v)) return s.map;
+Status encode_tma_map_cached(const TmaView& v, void* out) {
+  Memo& memo = this_threads_memo();
+  // The likely slot first, then every slot (the likely one again: the loop stays simple).
+  for (int probe = -1; probe < kSlots; ++probe) {
+    const int i = probe < 0 ? (memo.last_hit + 1) & (kSlots - 1) : probe;
+    const Slot& s = memo.slots[i];
+    if (s.used && same_view(s.view, v)) {
+      memo.last_hit = i;
+      std::memcpy(out, &s.map, sizeof s.map);
+      return {};
+    }
+  }
   auto map = encode_tma_map(v);
-  if (!map.ok()) return map;
-  Slot& s = slots[next];
-  next = (next + 1) % kSlots;
+  if (!map.ok()) return std::move(map).error();
+  Slot& s = memo.slots[memo.next];
+  memo.last_hit = memo.next;
+  memo.next = (memo.next + 1) % kSlots;
   s.used = true;
   s.view = v;
   s.map = map.value();
+  std::memcpy(out, &s.map, sizeof s.map);
+  return {};
+}
+
+Result<CUtensorMap> encode_tma_map_cached(const TmaView& v) {
+  CUtensorMap map;
+  FJ_TRY(encode_tma_map_cached(v, &map));
   return map;
 }
 

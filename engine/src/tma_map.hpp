@@ -50,7 +50,11 @@ Result<CUtensorMap> encode_tma_map(const TmaView& v);
 
 // encode_tma_map through a small per-thread memo of the last views: a serving loop passes the
 // same buffers call after call, and a map depends on nothing but its view (no context, no
-// device state), so a hit returns the same bytes the driver would.
+// device state), so a hit returns the same bytes the driver would. Writes the map's
+// sizeof(CUtensorMap) bytes to `out` (a kernel's params, which hold it 64-byte aligned): on the
+// dispatch path the map is copied once, from the memo to the params.
+Status encode_tma_map_cached(const TmaView& v, void* out);
+// The same, as a value (tests).
 Result<CUtensorMap> encode_tma_map_cached(const TmaView& v);
 
 }  // namespace flashjit

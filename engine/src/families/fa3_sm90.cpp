@@ -261,19 +261,12 @@ class Fa3Sm90 final : public KernelFamilyBase {
     }
     fp.kv_box_rows = kv_rows;
     fp.section_heads = persistent ? section_heads(p, device, slots, m_blocks) : 1;
-    const struct {
-      TmaView view;
-      FjTensorMap* map;
-    } maps[] = {{box_view("q", a.q, fj_layout::kWarpgroupRows), &fp.q_map},
-                {box_view("k", a.k, kv_rows), &fp.k_map},
-                {box_view("v", a.v, kv_rows), &fp.v_map},
-                {box_view("o", a.o, fj_layout::kWarpgroupRows), &fp.o_map}};
-    for (const auto& m : maps) {
-      if (m.map == &fp.o_map && l.o_bytes == 0) continue;  // O leaves from registers
-      auto encoded = encode_tma_map_cached(m.view);
-      if (!encoded.ok()) return std::move(encoded).error();
-      std::memcpy(m.map, &encoded.value(), sizeof(FjTensorMap));
-    }
+    // Each view is built only when its map is encoded (O's not at all when it leaves from
+    // registers), and each map lands in the params straight from the memo.
+    FJ_TRY(encode_tma_map_cached(box_view("q", a.q, fj_layout::kWarpgroupRows), &fp.q_map));
+    FJ_TRY(encode_tma_map_cached(box_view("k", a.k, kv_rows), &fp.k_map));
+    FJ_TRY(encode_tma_map_cached(box_view("v", a.v, kv_rows), &fp.v_map));
+    if (l.o_bytes != 0) FJ_TRY(encode_tma_map_cached(box_view("o", a.o, fj_layout::kWarpgroupRows), &fp.o_map));
     return {};
   }
 };
