@@ -132,8 +132,9 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
       {"fp32", [](BackwardArgs& b) { b = make(DType::f32); }, "q.dtype"},
       {"head dim 160", [](BackwardArgs& b) { b = make(DType::f16, 160); }, "head_dim"},
       {"head dim 256", [](BackwardArgs& b) { b = make(DType::f16, 256); }, "head_dim"},
-      {"sinks", [](BackwardArgs& b) { b.forward.sinks = faddr(11); }, "sinks"},
-      {"kv_lens", [](BackwardArgs& b) { b.forward.kv_lens = reinterpret_cast<const std::int32_t*>(addr(11)); }, "kv_lens"},
+      {"kv_starts", [](BackwardArgs& b) {
+         b.forward.kv_starts = reinterpret_cast<const std::int32_t*>(addr(11));
+       }, "kv_starts"},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -152,10 +153,24 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
   b.deterministic = true;
   CHECK(validate_backward_args(b).error().code() == Code::unsupported);
   CHECK(mentions(error_of(b), "deterministic"));
+  // The sinks' gradient needs the sinks, fp32 [heads_q] apart from every input and output.
   b = make();
   b.dsinks = faddr(11);
-  CHECK(validate_backward_args(b).error().code() == Code::unsupported);
-  CHECK(mentions(error_of(b), "dsinks"));
+  CHECK(validate_backward_args(b).error().code() == Code::invalid_argument);
+  CHECK(mentions(error_of(b), "dsinks is given but forward.sinks is null"));
+  b.forward.sinks = faddr(12);
+  CHECK(validate_backward_args(b).ok());
+  b.dsinks = faddr(12);
+  CHECK(mentions(error_of(b), "dsinks must not overlap forward.sinks"));
+  b.dsinks = faddr(1);  // q's slot
+  CHECK(mentions(error_of(b), "dsinks must not overlap forward.q"));
+  // Sinks, varlen and kv_lens are served (their values: the GPU tests).
+  for (auto set : {+[](BackwardArgs& a) { a.forward.sinks = faddr(12); },
+                   +[](BackwardArgs& a) { a.forward.kv_lens = reinterpret_cast<const std::int32_t*>(addr(11)); }}) {
+    b = make();
+    set(b);
+    CHECK(plan_of(b).first == Code::ok);
+  }
   // Before Ampere nothing serves it.
   auto old = engine().plan_backward(make(), "sm_75");
   CHECK(old.error().code() == Code::unsupported);

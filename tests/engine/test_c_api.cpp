@@ -410,10 +410,10 @@ TEST_CASE("C ABI backward: size-prefixed args, the forward's rules, refusals nam
   }
   {
     BackwardV1 a;
-    a.forward.sinks = reinterpret_cast<const float*>(0x7f0b00000000ull);
+    a.forward.kv_starts = reinterpret_cast<const int32_t*>(0x7f0b00000000ull);
     char name[128] = {0};
     CHECK(flashjit_precompile_backward_v1(e, &a.b, "sm_80", name, sizeof name) == FLASHJIT_UNSUPPORTED);
-    CHECK(has(flashjit_last_error(), "sinks"));
+    CHECK(has(flashjit_last_error(), "kv_starts"));
   }
   {
     BackwardV1 a;

@@ -232,6 +232,53 @@ def test_kv_lens_gradients_are_those_of_the_used_keys_and_zero_past_them():
         assert leaves[1].grad[i, n:].eq(0).all() and leaves[2].grad[i, n:].eq(0).all()
 
 
+def sink_attention(q, k, v, sinks, causal):
+    """math_attention with a per-head sink logit joining each row's softmax denominator (GPT-OSS):
+    the sink's column is dropped after the softmax."""
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    if causal:
+        lq, lk = q.shape[1], k.shape[1]
+        s = s.masked_fill(~torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq), float("-inf"))
+    sink = sinks.to(s.dtype)[None, :, None, None].expand(s.shape[0], -1, s.shape[2], 1)
+    p = torch.cat([s, sink], -1).softmax(-1)[..., :-1]
+    return torch.einsum("bhqk,bkhd->bqhd", p, v)
+
+
+@pytest.mark.parametrize("dtype, b, sq, sk, hq, hkv, d, causal", [
+    (torch.bfloat16, 2, 77, 77, 4, 4, 64, True),
+    (torch.float16, 3, 130, 257, 8, 2, 128, False),   # GQA, a Q block count that is not a power of two
+    (torch.bfloat16, 1, 1025, 1025, 2, 2, 64, True),  # many Q blocks summed into one sink
+])
+def test_sinks_gradients_match_float64(dtype, b, sq, sk, hq, hkv, d, causal):
+    """Attention sinks train: dq, dk, dv and dL/dsinks against float64 autograd through the sink
+    attention, and dsinks bitwise the same on a second run (a fixed-order sum, no atomics)."""
+    torch.manual_seed(0)
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
+    sinks = torch.randn(hq, device="cuda", dtype=torch.float32)
+    dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    group = hq // hkv
+
+    def run(fn, *inputs):
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        out = fn(*leaves)
+        out.backward(dout.to(out.dtype))
+        return out.detach(), [t.grad for t in leaves]
+
+    want_out, want = run(lambda q, k, v, s: sink_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2),
+                                                           s, causal), q.double(), k.double(), v.double(), sinks.double())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="flashjit: autograd records")  # the backward takes sinks
+        out, got = run(lambda q, k, v, s: flash_attn_func(q, k, v, causal=causal, sinks=s), q, k, v, sinks)
+    assert rel_l2(out, want_out) < 1e-2
+    for name, g, w in zip(("dq", "dk", "dv"), got[:3], want[:3]):
+        assert g.dtype == dtype and rel_l2(g, w) < 2e-2, name
+    assert got[3].dtype == torch.float32 and got[3].shape == (hq,)
+    assert rel_l2(got[3], want[3]) < 2e-2, (got[3], want[3])
+    _, again = run(lambda q, k, v, s: flash_attn_func(q, k, v, causal=causal, sinks=s), q, k, v, sinks)
+    assert torch.equal(again[3], got[3])
+
+
 class Block(torch.nn.Module):
     def __init__(self, dim=256, heads=4, attention="flashjit"):
         super().__init__()
