@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 23's package test on the device: `pip wheel .` (scikit-build-core driving CMake, the torch
-# op built against the device's PyTorch), installed into the device's PyTorch environment (a venv),
+# op and the eager fast path's extension built against the device's PyTorch), installed into the device's PyTorch environment (a venv),
 # then used with the CUDA toolkit hidden (/usr/local/cuda moved away for the run, no CUDA_HOME):
 # NVRTC must come from the nvidia-cuda-nvrtc wheel a CUDA PyTorch installs. Runs, from a folder
 # outside the checkout so the installed package is the one imported: which NVRTC and library
@@ -29,7 +29,7 @@ echo "libstdc++ in a PyTorch process: $(python3 -c 'import torch; print(sorted({
 rm -rf build-python /tmp/wheel  # a CMake cache of another compiler would be refused
 CC=$cc CXX=$cxx python3 -m pip wheel -q --no-deps --no-build-isolation -w /tmp/wheel . \
   -Ccmake.define.FLASHJIT_TORCH_PYTHON="$(command -v python3)" -Ccmake.define.FLASHJIT_BUILD_TORCH_OP=ON \
-  -Ccmake.build-type=Release "${json_dir[@]}" > "$OUT/wheel_build.log" 2>&1
+  -Ccmake.define.FLASHJIT_BUILD_EAGER=ON -Ccmake.build-type=Release "${json_dir[@]}" > "$OUT/wheel_build.log" 2>&1
 echo "wheel build rc=$? ($((SECONDS - start)) s): $(ls /tmp/wheel)"
 # Into the environment that holds PyTorch (the device's python3 is itself a venv, whose packages a
 # --system-site-packages venv would not see).
@@ -43,13 +43,19 @@ restore() { [[ -n $hidden ]] && mv "$toolkit.hidden" "$toolkit"; hidden=; }
 trap restore EXIT
 cd "$(mktemp -d)"
 clean_env=(env -u CUDA_HOME -u CUDA_PATH -u FLASHJIT_LIB -u PYTHONPATH -u FLASHJIT_NVRTC_PATH
-           PATH="$(dirname "$py"):/usr/bin:/bin" FLASHJIT_CACHE_DIR=/tmp/fj-wheel-cache FLASHJIT_REQUIRE_TORCH_OP=1)
+           PATH="$(dirname "$py"):/usr/bin:/bin" FLASHJIT_CACHE_DIR=/tmp/fj-wheel-cache FLASHJIT_REQUIRE_TORCH_OP=1
+           FLASHJIT_REQUIRE_EAGER=1)
 "${clean_env[@]}" python - > "$OUT/wheel_use.log" 2>&1 <<'PY'
 import os, torch, flashjit
 from flashjit import ops
 q, k, v = (torch.randn(2, 333, 8, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 out = flashjit.flash_attn_func(q, k, v, causal=True)
 out.float().square().sum().backward()
+with torch.no_grad():
+    before = ops.eager_calls()
+    again = flashjit.flash_attn_func(q, k, v, causal=True)
+    print("eager path:", ops.eager_reason() or "in use", "| calls it ran:", ops.eager_calls() - before,
+          "| same output:", torch.equal(again, out.detach()))
 torch.cuda.synchronize()
 maps = open("/proc/self/maps").read()
 libs = sorted({l.split()[-1] for l in maps.splitlines() if "nvrtc" in l or "flashjit" in l})

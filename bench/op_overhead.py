@@ -11,8 +11,11 @@ no_grad and inference_mode:
   eager                 the eager fast path (eager/, _flashjit_eager.abi3.so): the extension
                         called alone, ops.dense() with it, and ops.dense() and flash_attn_func with
                         it off (FLASHJIT_EAGER=0's route, toggled in this process); its guards
-                        (modes, profiler, tracer) alone; its output allocation (DLPack exchange API) alone
-                        beside torch.empty from Python
+                        (modes, profiler, tracer, autograd, checked in the extension) called
+                        from Python alone, and the extension with them off; flash_attn_func's
+                        own entry (flash_attn); ops.dense and flash_attn_func as they were with
+                        the guards in Python (the "before" rows); its output allocation (DLPack
+                        exchange API) alone beside torch.empty from Python
   SDPA flash / cuDNN    PyTorch's own, for scale
 
 Each row is the median over --rounds rounds of --calls back-to-back calls, timed on the host
@@ -100,8 +103,9 @@ def measure(rows, a):
     eager = ops._EAGER
     if eager is not None:
         scalars = (0.0, False, -1, -1, 0.0)
-        eager_off = (lambda: setattr(ops, "_EAGER_DENSE", None))
-        eager_on = (lambda: setattr(ops, "_EAGER_DENSE", eager.dense))
+        eager_off = (lambda: (setattr(ops, "_EAGER_DENSE", None), setattr(ops, "_EAGER_FLASH_ATTN", None)))
+        eager_on = (lambda: (setattr(ops, "_EAGER_DENSE", eager.dense),
+                             setattr(ops, "_EAGER_FLASH_ATTN", eager.flash_attn)))
         dlpack_on = (lambda: ops.set_eager_output_allocator("dlpack"))
         dlpack_off = (lambda: ops.set_eager_output_allocator("torch"))
         # Named by kernel: the child process (--op-only, the Python kernel) times these too.
@@ -113,9 +117,21 @@ def measure(rows, a):
             shape = tuple(q.shape)
             cases += [("ops.dense, eager path", lambda: ops.dense(q, k, v, *scalars), none, MODES, None, None),
                       ("eager extension alone", lambda: eager.dense(q, k, v, *scalars), none, MODES, None, None),
-                      ("eager path guards (modes, profiler, tracer)",
-                       lambda: ops._function_mode() or ops._dispatch_modes() or ops._profiling() or ops._tracing(),
-                       none, MODES, None, None),
+                      ("eager path guards from Python (modes, profiler, tracer)",
+                       lambda: any(guard() for guard in ops.EAGER_GUARDS), none, MODES, None, None),
+                      ("eager extension alone, guards off", lambda: eager.dense(q, k, v, *scalars), none, MODES,
+                       lambda: eager.set_guards(None, ()),
+                       lambda: eager.set_guards(torch.is_grad_enabled, ops.EAGER_GUARDS)),
+                      ("eager flash_attn alone", lambda: eager.flash_attn(q, k, v, None, False, (-1, -1), 0.0), none,
+                       MODES, None, None),
+                      # The routes as they were before the guards moved into the extension (bench/NOTES.md
+                      # entry 30): the same Python, timed in this process beside today's.
+                      ("ops.dense, eager path, guards in Python (before)", lambda: _dense_before(q, k, v, *scalars),
+                       none, MODES, lambda: eager.set_guards(None, ()),
+                       lambda: eager.set_guards(torch.is_grad_enabled, ops.EAGER_GUARDS)),
+                      ("flash_attn_func, eager path, guards in Python (before)", lambda: _flash_attn_before(q, k, v),
+                       none, MODES, lambda: eager.set_guards(None, ()),
+                       lambda: eager.set_guards(torch.is_grad_enabled, ops.EAGER_GUARDS)),
                       ("ops.dense, eager path (dlpack allocator)", lambda: ops.dense(q, k, v, *scalars), none, MODES,
                        dlpack_on, dlpack_off),
                       ("output allocation: eager, Tensor.new_empty (default)", lambda: eager._output_like(q, v), none,
@@ -167,6 +183,34 @@ def measure(rows, a):
                                     "host_min_us": round(host[0], 3)}
             print("%-46s %-15s %8.2f us host  %8.2f us total  (min %.2f)" % (name, mode, r["host_us"], r["total_us"],
                                                                           r["host_min_us"]), flush=True)
+
+
+def _dense_before(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+    """ops.dense() as it was at c903ffc (its guards in Python), for the before/after rows."""
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise AssertionError("the timed calls need no grad")
+    if torch.compiler.is_compiling():
+        raise AssertionError("not timed under a compiler")
+    if not any(guard() for guard in ops.EAGER_GUARDS):
+        try:
+            out = ops._EAGER.dense(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+        except TypeError:
+            out = NotImplemented
+        if out is not NotImplemented:
+            return out
+    raise AssertionError("the fast path declined")
+
+
+def _flash_attn_before(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                       alibi_slopes=None, deterministic=False, return_attn_probs=False, sinks=None):
+    """flash_attn_func()'s dense branch as it was at c903ffc, over _dense_before()."""
+    from flashjit import interface
+    interface._no_dropout(dropout_p)
+    if alibi_slopes is None and sinks is None and not return_attn_probs:
+        left, right = interface._window(window_size, causal)
+        return _dense_before(q, k, v, interface._scale(softmax_scale), bool(causal), left, right,
+                             float(softcap or 0.0))
+    raise AssertionError("only the dense branch is timed")
 
 
 def _bind(lib, forward, workspace_size, last_error):

@@ -31,11 +31,14 @@
 #include "ATen/dlpack.h"
 #include "flashjit/flashjit.h"
 
-/* Bumped when bind()'s or dense()'s contract changes; ops.py refuses other values. */
-#define EAGER_VERSION 1
+/* Bumped when bind()'s or dense()'s contract changes; ops.py refuses other values. 2: set_guards()
+ * and flash_attn(). */
+#define EAGER_VERSION 2
 #define CAPSULE_NAME "dlpack_exchange_api"
 #define DIMS 4                      /* dense q, k, v, out: [batch, seq, heads, head_dim] */
 #define DENSE_ARGS 8                /* q, k, v, softmax_scale, causal, window_left, window_right, softcap */
+#define FA_ARGS 7                   /* q, k, v, softmax_scale, causal, window_size, softcap */
+#define MAX_GUARDS 8                /* ops.py passes four; room for PyTorch to grow one or two */
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 
 typedef flashjit_status (*ForwardFn)(flashjit_engine*, const flashjit_attention_args_v2*, void*);
@@ -65,6 +68,16 @@ static unsigned long long g_calls;
  * new_empty(q, shape): a tensor whose storage the caching allocator owns, so record_stream and
  * storage resizes work on it as on the operator's output (set_output_allocator()). */
 static PyObject* g_new_empty;
+
+/* set_guards(): torch.is_grad_enabled, and the predicates (torch-function mode, dispatch modes,
+ * profiler, tracer) under which only the operator may run. Checked here rather than in ops.py:
+ * five calls from C cost a fifth of what the same checks cost as Python bytecode. */
+static struct {
+  PyObject* grad_enabled;
+  PyObject* any[MAX_GUARDS];
+  int count;
+  PyObject* requires_grad; /* the interned attribute name */
+} g_guards;
 
 /* The CUDA driver PyTorch already loaded: the capture status of a stream (for the workspace, as
  * the operator does) and the thread's current device (the engine runs on the current context). */
@@ -243,6 +256,22 @@ static DLManagedTensorVersioned* allocate(DLDevice device, DLDataType dtype, int
   return managed;
 }
 
+/* `shape` as a tuple of ints (a borrowed reference, NULL with an error set). The last one is
+ * kept: calls of one shape, the common case, then build it once (a tuple of ints is immutable, so
+ * handing the same one to new_empty each time is safe). */
+static PyObject* shape_tuple(const int64_t* shape) {
+  static PyObject* last;
+  static int64_t last_shape[DIMS];
+  if (last && memcmp(last_shape, shape, sizeof last_shape) == 0) return last;
+  PyObject* dims = Py_BuildValue("(LLLL)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
+                                 (long long)shape[3]);
+  if (!dims) return NULL;
+  Py_XDECREF(last);
+  last = dims;
+  memcpy(last_shape, shape, sizeof last_shape);
+  return last;
+}
+
 /* The output [batch, seq_q, heads_q, head_dim_v] in q's dtype on q's device, as a torch.Tensor
  * (`tensor`, a new reference) and as flashjit_tensor (`view`); 0, or 1 to decline. The view is
  * read before the Python tensor takes the DLPack tensor over. */
@@ -250,10 +279,8 @@ static int output(const DLTensor* q, const DLTensor* v, PyObject** tensor, flash
                   PyObject* q_obj) {
   int64_t shape[DIMS] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
   if (g_new_empty && q_obj) {
-    PyObject* dims = Py_BuildValue("(LLLL)", (long long)shape[0], (long long)shape[1], (long long)shape[2],
-                                   (long long)shape[3]);
+    PyObject* dims = shape_tuple(shape);
     PyObject* out = dims ? PyObject_CallFunctionObjArgs(g_new_empty, q_obj, dims, NULL) : NULL;
-    Py_XDECREF(dims);
     DLTensor t;
     if (!out || g.api->dltensor_from_py_object_no_sync(out, &t) != 0) {
       Py_XDECREF(out);
@@ -314,27 +341,55 @@ static int capture_workspace(flashjit_attention_args_v2* args, void* stream, DLD
   return 0;
 }
 
-/* dense(q, k, v, softmax_scale, causal, window_left, window_right, softcap) -> Tensor or
- * NotImplemented: torch.ops.flashjit.attention_dense's result (see the top of this file). */
-static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  (void)self;
-  if (nargs != DENSE_ARGS)
-    return PyErr_Format(PyExc_TypeError,
-                        "flashjit eager dense takes %d arguments (q, k, v, softmax_scale, causal, window_left, "
-                        "window_right, softcap), got %zd", DENSE_ARGS, nargs);
-  if (!g.api) return PyErr_Format(PyExc_RuntimeError, "flashjit eager dense: not bound (flashjit.ops binds it)");
+/* The scalars of a dense call, as attention_dense takes them. */
+typedef struct {
+  double softmax_scale, softcap;
+  long long causal, window_left, window_right;
+} DenseScalars;
+
+/* 1 where a guard leaves the call to the operator (a torch-function or dispatch mode, the
+ * profiler, torch.jit.trace, or autograd recording it: grad mode on and an input that requires
+ * grad), 0 where none does, -1 with an error set. */
+static int guarded(PyObject* const* tensors) {
+  for (int i = 0; i < g_guards.count; ++i) {
+    PyObject* r = PyObject_CallNoArgs(g_guards.any[i]);
+    if (!r) return -1;
+    const int on = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (on) return on;
+  }
+  if (!g_guards.grad_enabled) return 0;
+  PyObject* r = PyObject_CallNoArgs(g_guards.grad_enabled);
+  if (!r) return -1;
+  const int grad = PyObject_IsTrue(r);
+  Py_DECREF(r);
+  for (int i = 0; grad > 0 && i < 3; ++i) {
+    PyObject* wants = PyObject_GetAttr(tensors[i], g_guards.requires_grad);
+    if (!wants) return -1;
+    const int on = PyObject_IsTrue(wants);
+    Py_DECREF(wants);
+    if (on) return on;
+  }
+  return grad < 0 ? -1 : 0;
+}
+
+/* 0 where q, k and v are torch.Tensors, 1 for a subclass (the operator's), -1 with TypeError set. */
+static int check_types(PyObject* const* args) {
   static const char* const names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
     if ((PyObject*)Py_TYPE(args[i]) == g.tensor_type) continue;
-    if (PyObject_TypeCheck(args[i], (PyTypeObject*)g.tensor_type)) Py_RETURN_NOTIMPLEMENTED; /* subclass */
-    return wrong_type(names[i], "a torch.Tensor", args[i]);
+    if (PyObject_TypeCheck(args[i], (PyTypeObject*)g.tensor_type)) return 1;
+    return wrong_type(names[i], "a torch.Tensor", args[i]), -1;
   }
-  double softmax_scale, softcap;
-  long long causal, window_left, window_right;
-  if (as_double(args[3], "softmax_scale", &softmax_scale) || as_int64(args[4], "causal", "a bool", &causal) ||
-      as_int64(args[5], "window_left", "an int", &window_left) ||
-      as_int64(args[6], "window_right", "an int", &window_right) || as_double(args[7], "softcap", &softcap))
-    return NULL;
+  return 0;
+}
+
+/* The call on q, k, v (args[0..2], plain torch.Tensors) with the scalars read: the guards, the
+ * operator's checks, the output, the engine. */
+static PyObject* run_dense(PyObject* const* args, const DenseScalars* s) {
+  const int guard = guarded(args);
+  if (guard < 0) return NULL;
+  if (guard > 0) Py_RETURN_NOTIMPLEMENTED;
 
   DLTensor t[3];
   for (int i = 0; i < 3; ++i) {
@@ -371,12 +426,12 @@ static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   fill_tensor(&a.v, &t[2], code);
   PyObject* out = NULL;
   if (output(&t[0], &t[2], &out, &a.o, code, args[0])) Py_RETURN_NOTIMPLEMENTED;
-  a.mask = causal ? FLASHJIT_MASK_CAUSAL : FLASHJIT_MASK_NONE;
+  a.mask = s->causal ? FLASHJIT_MASK_CAUSAL : FLASHJIT_MASK_NONE;
   a.fp32_math = FLASHJIT_FP32_EXACT;
-  a.softmax_scale = (float)softmax_scale;
-  a.softcap = (float)softcap;
-  flashjit_window window = {window_left, window_right};
-  if (window_left >= 0 || window_right >= 0) a.window = &window;
+  a.softmax_scale = (float)s->softmax_scale;
+  a.softcap = (float)s->softcap;
+  flashjit_window window = {s->window_left, s->window_right};
+  if (s->window_left >= 0 || s->window_right >= 0) a.window = &window;
 
   DLManagedTensorVersioned* workspace = NULL;
   if (device.device_type == kDLCUDA) {
@@ -398,6 +453,107 @@ static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) 
   }
   ++g_calls;
   return out;
+}
+
+/* dense(q, k, v, softmax_scale, causal, window_left, window_right, softcap) -> Tensor or
+ * NotImplemented: torch.ops.flashjit.attention_dense's result (see the top of this file). */
+static PyObject* dense(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != DENSE_ARGS)
+    return PyErr_Format(PyExc_TypeError,
+                        "flashjit eager dense takes %d arguments (q, k, v, softmax_scale, causal, window_left, "
+                        "window_right, softcap), got %zd", DENSE_ARGS, nargs);
+  if (!g.api) return PyErr_Format(PyExc_RuntimeError, "flashjit eager dense: not bound (flashjit.ops binds it)");
+  const int types = check_types(args);
+  if (types < 0) return NULL;
+  if (types > 0) Py_RETURN_NOTIMPLEMENTED;
+  DenseScalars s;
+  if (as_double(args[3], "softmax_scale", &s.softmax_scale) || as_int64(args[4], "causal", "a bool", &s.causal) ||
+      as_int64(args[5], "window_left", "an int", &s.window_left) ||
+      as_int64(args[6], "window_right", "an int", &s.window_right) || as_double(args[7], "softcap", &s.softcap))
+    return NULL;
+  return run_dense(args, &s);
+}
+
+/* FlashAttention's optional float (None: `none`, else a Python float or int); 0, or 1 for another
+ * type (flash_attn_func's Python route converts it, or raises). */
+static int fa_float(PyObject* obj, double none, double* out) {
+  if (obj == Py_None) return *out = none, 0;
+  if (!PyFloat_Check(obj) && !PyLong_Check(obj)) return 1;
+  *out = PyFloat_AsDouble(obj);
+  return *out == -1.0 && PyErr_Occurred() ? (PyErr_Clear(), 1) : 0;
+}
+
+/* One side of FlashAttention's window_size (None or a Python int; -1 is unbounded); 0, or 1. */
+static int fa_side(PyObject* obj, long long* out) {
+  if (obj == Py_None) return *out = -1, 0;
+  if (!PyLong_Check(obj)) return 1;
+  *out = PyLong_AsLongLong(obj);
+  return *out == -1 && PyErr_Occurred() ? (PyErr_Clear(), 1) : 0;
+}
+
+/* flash_attn(q, k, v, softmax_scale, causal, window_size, softcap) -> Tensor or NotImplemented:
+ * flash_attn_func's dense call with FlashAttention's conventions (softmax_scale None: 1/sqrt(d);
+ * window_size a pair, None or -1 unbounded; causal ends every row at its diagonal, whatever the
+ * window says; softcap None or 0: off), read here so that its Python side is one call. Arguments
+ * of other types give NotImplemented: flash_attn_func's Python route then converts or refuses them. */
+static PyObject* flash_attn(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != FA_ARGS)
+    return PyErr_Format(PyExc_TypeError, "flashjit eager flash_attn takes %d arguments (q, k, v, softmax_scale, "
+                        "causal, window_size, softcap), got %zd", FA_ARGS, nargs);
+  if (!g.api) return PyErr_Format(PyExc_RuntimeError, "flashjit eager flash_attn: not bound (flashjit.ops binds it)");
+  const int types = check_types(args);
+  if (types < 0) return NULL;
+  DenseScalars s;
+  if (types > 0 || fa_float(args[3], 0.0, &s.softmax_scale) || fa_float(args[6], 0.0, &s.softcap))
+    Py_RETURN_NOTIMPLEMENTED;
+  const int causal = PyBool_Check(args[4]) || PyLong_Check(args[4]) ? PyObject_IsTrue(args[4]) : -1;
+  if (causal < 0) {
+    PyErr_Clear();
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  s.causal = causal;
+  PyObject* w = args[5];
+  if (w == Py_None) {
+    s.window_left = s.window_right = -1;
+  } else {
+    const int pair = PyTuple_Check(w) ? PyTuple_Size(w) == 2 : PyList_Check(w) ? PyList_Size(w) == 2 : 0;
+    PyObject* left = !pair ? NULL : PyTuple_Check(w) ? PyTuple_GetItem(w, 0) : PyList_GetItem(w, 0);
+    PyObject* right = !pair ? NULL : PyTuple_Check(w) ? PyTuple_GetItem(w, 1) : PyList_GetItem(w, 1);
+    if (!left || !right || fa_side(left, &s.window_left) || fa_side(right, &s.window_right)) {
+      PyErr_Clear();
+      Py_RETURN_NOTIMPLEMENTED;
+    }
+  }
+  if (s.causal) s.window_right = 0;
+  return run_dense(args, &s);
+}
+
+/* set_guards(is_grad_enabled, predicates): see g_guards; (None, ()) turns the guards off (tests). */
+static PyObject* set_guards(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  (void)self;
+  if (nargs != 2 || (args[0] != Py_None && !PyCallable_Check(args[0])) || !PyTuple_Check(args[1]) ||
+      PyTuple_Size(args[1]) > MAX_GUARDS)
+    return PyErr_Format(PyExc_TypeError, "set_guards takes (torch.is_grad_enabled or None, a tuple of at most %d "
+                        "callables)", MAX_GUARDS);
+  const Py_ssize_t count = PyTuple_Size(args[1]);
+  for (Py_ssize_t i = 0; i < count; ++i)
+    if (!PyCallable_Check(PyTuple_GetItem(args[1], i)))
+      return PyErr_Format(PyExc_TypeError, "set_guards: predicate %zd is not callable", i);
+  if (!g_guards.requires_grad && !(g_guards.requires_grad = PyUnicode_InternFromString("requires_grad"))) return NULL;
+  for (int i = 0; i < g_guards.count; ++i) Py_CLEAR(g_guards.any[i]);
+  Py_CLEAR(g_guards.grad_enabled);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    g_guards.any[i] = PyTuple_GetItem(args[1], i);
+    Py_INCREF(g_guards.any[i]);
+  }
+  g_guards.count = (int)count;
+  if (args[0] != Py_None) {
+    Py_INCREF(args[0]);
+    g_guards.grad_enabled = args[0];
+  }
+  Py_RETURN_NONE;
 }
 
 /* _output_like(q, v) -> Tensor: dense()'s output allocation alone (for bench/op_overhead.py). */
@@ -518,6 +674,12 @@ static PyMethodDef methods[] = {
     {"dense", (PyCFunction)(void (*)(void))dense, METH_FASTCALL,
      "dense(q, k, v, softmax_scale, causal, window_left, window_right, softcap) -> Tensor, or NotImplemented where "
      "torch.ops.flashjit.attention_dense must run instead"},
+    {"flash_attn", (PyCFunction)(void (*)(void))flash_attn, METH_FASTCALL,
+     "flash_attn(q, k, v, softmax_scale, causal, window_size, softcap) -> Tensor, or NotImplemented: "
+     "flash_attn_func's dense call with FlashAttention's argument conventions"},
+    {"set_guards", (PyCFunction)(void (*)(void))set_guards, METH_FASTCALL,
+     "set_guards(torch.is_grad_enabled or None, (predicate, ...)): calls decline while any predicate is true or "
+     "autograd would record them"},
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(exchange_api, tensor_type, error_type, engine, forward_v2, workspace_size_v2, last_error, abi_version, "
      "args_v2_size)"},

@@ -59,6 +59,15 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     return_attn_probs (out, softmax_lse [batch, heads_q, seqlen_q], None): flashjit never forms
     the probabilities. sinks (fp32 [heads_q], flashjit's addition): per-head logits that join each
     row's denominator (GPT-OSS)."""
+    if alibi_slopes is None and sinks is None and not return_attn_probs and not dropout_p:
+        fast = ops._EAGER_FLASH_ATTN  # the eager fast path, arguments read in C (None: FLASHJIT_EAGER=0)
+        if fast is not None and not torch.compiler.is_compiling():
+            try:
+                out = fast(q, k, v, softmax_scale, causal, window_size, softcap)
+            except TypeError:  # q, k or v not a tensor: the route below says so
+                out = NotImplemented
+            if out is not NotImplemented:
+                return out
     _no_dropout(dropout_p)
     if alibi_slopes is None and sinks is None and not return_attn_probs:  # the dense operator, directly
         left, right = _window(window_size, causal)

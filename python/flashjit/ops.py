@@ -533,7 +533,7 @@ _DENSE_CALL = getattr(_DENSE_OP.default, "_op", _DENSE_OP)
 # current device), which then takes the operator, as every call does with FLASHJIT_EAGER=0.
 
 EAGER_LIBRARY = "_flashjit_eager.abi3.so"
-_EAGER_VERSION = 1  # the extension's version() this module speaks to
+_EAGER_VERSION = 2  # the extension's version() this module speaks to
 _EAGER_OFF = ("0", "off", "none", "false", "no")
 _EAGER_ON = ("", "1", "on", "true", "yes")
 
@@ -586,6 +586,7 @@ def _load_eager():
     except ValueError as e:
         return None, "%s refused the binding: %s" % (path, e)
     set_eager_output_allocator(os.environ.get("FLASHJIT_EAGER_ALLOC", "torch"), module)
+    module.set_guards(torch.is_grad_enabled, EAGER_GUARDS)
     return module, None
 
 
@@ -601,13 +602,15 @@ def set_eager_output_allocator(which, module=None):
         module.set_output_allocator(torch.Tensor.new_empty if which == "torch" else None)
 
 
+# The fast path's guards, each a call into torch's C state, checked by the extension itself before
+# each call (cheaper there than as bytecode here): with any of these true only the operator may
+# run, as with autograd recording (grad mode on and an input that requires grad).
+EAGER_GUARDS = (torch._C._is_torch_function_mode_enabled, torch._C._len_torch_dispatch_stack,
+                torch._C._autograd._profiler_enabled,
+                torch._C._is_tracing)  # torch.jit.trace: the fast path would leave a constant in the trace
 _EAGER, _EAGER_WHY = _load_eager()
 _EAGER_DENSE = None if _EAGER is None else _EAGER.dense
-# dense()'s guards, each a call into torch's C state (bench/op_overhead.py times them together).
-_function_mode = torch._C._is_torch_function_mode_enabled
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_profiling = torch._C._autograd._profiler_enabled
-_tracing = torch._C._is_tracing  # torch.jit.trace: the fast path would leave a constant in the trace
+_EAGER_FLASH_ATTN = None if _EAGER is None else _EAGER.flash_attn  # interface.flash_attn_func's
 
 
 def eager_reason():
@@ -639,19 +642,20 @@ def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, w
     """The output of attention on dense q, k, v with no side arrays and no LSE (call()'s most common
     case, taken directly): flashjit::attention_dense, or its eager fast path (the extension above)
     where nothing but the tensors' own data is involved, or where autograd records the call,
-    call()'s training route."""
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return call(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left,
-                    window_right, softcap, False, False)[0]
-    if torch.compiler.is_compiling():
-        return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
-    if _EAGER_DENSE is not None and not (_function_mode() or _dispatch_modes() or _profiling() or _tracing()):
+    call()'s training route. The fast path checks its own guards (EAGER_GUARDS, autograd) and
+    declines with NotImplemented; a compiler must see the operator, so it is asked here first."""
+    if _EAGER_DENSE is not None and not torch.compiler.is_compiling():
         try:
             out = _EAGER_DENSE(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
         except TypeError:  # an argument of a type the fast path does not take: the operator's rules decide
             out = NotImplemented
         if out is not NotImplemented:
             return out
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return call(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left,
+                    window_right, softcap, False, False)[0]
+    if torch.compiler.is_compiling():
+        return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
     if _TORCH_OP is None:
         return _forward(_DENSE_CALL, attention_dense, (q, k, v, softmax_scale, causal, window_left, window_right,
                                                        softcap), (q, k, v))

@@ -3,7 +3,9 @@
 The extension is found beside libflashjit.so, binds to PyTorch's DLPack exchange API and the
 package's engine, and refuses an exchange API of another version. On CPU tensors it declines
 (NotImplemented), so ops.dense() takes the operator; so do subclasses, torch-function and dispatch
-modes, the profiler, torch.jit.trace, autograd and compilers, and FLASHJIT_EAGER=0 turns it off.
+modes, the profiler, torch.jit.trace, autograd (guards the extension checks itself, set_guards())
+and compilers, and FLASHJIT_EAGER=0 turns it off. flash_attn() reads flash_attn_func's arguments
+with FlashAttention's conventions and leaves other types to the Python route.
 In its tests' CPU mode (CPU tensors standing in for CUDA ones, as the torch op's CPU registration)
 it runs its checks (the Python kernel's messages), allocates the output and packs
 flashjit_attention_args_v2, which a stand-in for flashjit_forward_v2 records and compares field by
@@ -408,6 +410,92 @@ def test_dense_takes_the_fast_path_and_flash_attn_func_with_it(recorder):
         ops.call(q, k, v, None, None, 0, 0, None, None, None, None, 0.0, False, -1, -1, 0.0, False, False)
     assert len(recorder.calls) == 3
     assert recorder.calls[1]["mask"] == 1 and recorder.calls[1]["window"] == {"left": 3, "right": 0}
+
+
+# flash_attn(): flash_attn_func's dense call with FlashAttention's conventions read in C.
+FA_CASES = [  # (softmax_scale, causal, window_size, softcap) and what the operator gets
+    ((None, False, (-1, -1), 0.0), (0.0, False, -1, -1, 0.0)),
+    ((0.3, True, (5, 7), None), (0.3, True, 5, 0, 0.0)),  # causal ends rows at the diagonal
+    ((None, 1, [4, None], 2.5), (0.0, True, 4, 0, 2.5)),
+    ((2, False, None, 1), (2.0, False, -1, -1, 1.0)),
+    ((0.5, False, (None, 3), 0), (0.5, False, -1, 3, 0.0)),
+]
+
+
+@pytest.mark.parametrize("given, want", FA_CASES)
+def test_flash_attn_reads_flashattentions_conventions(recorder, given, want):
+    q, k, v = CASES["gqa"][0]()
+    out = recorder.eager.flash_attn(q, k, v, *given)
+    assert out.shape == ops._out_shapes(q, v, False, False)[0]
+    scale, causal, left, right, softcap = want
+    expected = ops.c_args(q, k, v, out, None, None, None, 0, 0, None, None, None, None, scale, causal, left, right,
+                          softcap, False, False)
+    assert len(recorder.calls) == 1 and recorder.calls[0] == _fields(expected)
+    kwargs = dict(zip(("softmax_scale", "causal", "window_size", "softcap"), given))
+    with torch.no_grad():
+        flashjit.flash_attn_func(q, k, v, **kwargs)  # the public function: the same call
+    assert len(recorder.calls) == 2 and dict(recorder.calls[1], **{"o.data": 0}) == dict(recorder.calls[0], **{"o.data": 0})
+
+
+@pytest.mark.parametrize("given", [(np.float32(0.25), False, (-1, -1), 0.0), (torch.tensor(0.25), False, (-1, -1), 0.0),
+                                   (None, "yes", (-1, -1), 0.0), (None, False, (np.int64(3), -1), 0.0),
+                                   (None, False, (1, 2, 3), 0.0), (None, False, 5, 0.0), (None, False, (-1, -1), "0"),
+                                   (None, False, (2 ** 70, -1), 0.0)])
+def test_flash_attn_leaves_other_argument_types_to_the_python_route(recorder, given):
+    q = torch.randn(1, 8, 2, 16)
+    assert recorder.eager.flash_attn(q, q, q, *given) is NotImplemented and not recorder.calls
+    assert recorder.eager.flash_attn(q.as_subclass(_Plain), q, q, *given[:1], False, (-1, -1), 0.0) is NotImplemented
+
+
+def test_flash_attn_raises_type_error_for_a_non_tensor_and_a_wrong_count(recorder):
+    q = torch.randn(1, 8, 2, 16)
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
+        recorder.eager.flash_attn(q, [], q, None, False, (-1, -1), 0.0)
+    with pytest.raises(TypeError, match="takes 7 arguments"):
+        recorder.eager.flash_attn(q, q, q)
+    assert not recorder.calls
+
+
+class _Plain(torch.Tensor):
+    pass
+
+
+@pytest.fixture
+def guards(recorder):
+    yield recorder
+    recorder.eager.set_guards(torch.is_grad_enabled, ops.EAGER_GUARDS)
+
+
+def test_a_true_guard_or_autograd_recording_declines_the_call(guards):
+    eager, q = guards.eager, torch.randn(1, 8, 2, 16)
+    wants_grad = q.clone().requires_grad_()
+    state = {"on": False}
+    eager.set_guards(torch.is_grad_enabled, (lambda: 0, lambda: state["on"]))
+    assert eager.dense(q, q, q, *NO_SCALARS) is not NotImplemented
+    state["on"] = True
+    assert eager.dense(q, q, q, *NO_SCALARS) is NotImplemented
+    assert eager.flash_attn(q, q, q, None, False, (-1, -1), 0.0) is NotImplemented
+    state["on"] = False
+    assert eager.dense(q, q, wants_grad, *NO_SCALARS) is NotImplemented  # grad mode is on in tests
+    with torch.no_grad():
+        assert eager.dense(q, q, wants_grad, *NO_SCALARS) is not NotImplemented
+    eager.set_guards(None, ())
+    assert eager.dense(q, q, wants_grad, *NO_SCALARS) is not NotImplemented
+    assert len(guards.calls) == 3
+
+
+def test_a_guard_that_raises_raises(guards):
+    q = torch.randn(1, 8, 2, 16)
+    guards.eager.set_guards(None, (lambda: 1 / 0,))
+    with pytest.raises(ZeroDivisionError):
+        guards.eager.dense(q, q, q, *NO_SCALARS)
+    assert not guards.calls
+
+
+@pytest.mark.parametrize("args", [(), (None,), (1, ()), (None, [len]), (None, (len, 3)), (None, (len,) * 9)])
+def test_set_guards_takes_a_callable_and_a_tuple_of_callables(guards, args):
+    with pytest.raises(TypeError, match="set_guards"):
+        guards.eager.set_guards(*args)
 
 
 def test_the_engines_refusal_raises_its_message_and_returns_nothing(recorder):

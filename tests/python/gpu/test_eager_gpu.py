@@ -112,6 +112,25 @@ def test_flash_attn_func_and_call_take_it():
     assert_same(out2, out)
 
 
+FA_CALLS = [  # flash_attn_func's keywords and the operator's scalars they mean
+    (dict(), (0.0, False, -1, -1, 0.0)),
+    (dict(causal=True, window_size=(16, 7)), (0.0, True, 16, 0, 0.0)),
+    (dict(softmax_scale=0.3, window_size=[None, 5], softcap=None), (0.3, False, -1, 5, 0.0)),
+    (dict(softmax_scale=1, causal=1, softcap=4), (1.0, True, -1, -1, 4.0)),
+]
+
+
+@pytest.mark.parametrize("given, scalars", FA_CALLS)
+def test_flash_attn_func_reads_its_arguments_in_the_fast_path(given, scalars):
+    """flash_attn_func's dense calls go straight to the extension's flash_attn(), which reads
+    FlashAttention's conventions itself: the result is the operator's for the same meaning."""
+    q, k, v = randn(2, 96, 8, 64), randn(2, 96, 2, 64), randn(2, 96, 2, 64)
+    before = ops.eager_calls()
+    out = flashjit.flash_attn_func(q, k, v, **given)
+    assert ops.eager_calls() == before + 1
+    assert_same(out, op(q, k, v, *scalars))
+
+
 # GPU cycles the side stream sleeps before its copy, so that a kernel on another stream would run first.
 SLEEP_CYCLES = 50_000_000
 
