@@ -48,7 +48,7 @@ class Engine::Impl {
       if (!plan.ok()) return std::move(plan).error();
       return launch(*call, **plan, *problem, stream);
     }
-    auto plan = planned(*call, *problem, stream);
+    auto plan = planner_.dispatch(*call, *problem, stream, Pass::forward);  // valid until this thread's next call
     if (!plan.ok()) return std::move(plan).error();
     return launch(*call, **plan, *problem, stream);
   }
@@ -62,7 +62,7 @@ class Engine::Impl {
     if (problem->empty) return {};
     auto call = call_context(stream);
     if (!call.ok()) return std::move(call).error();
-    auto plan = planned(*call, *problem, stream, Pass::backward);
+    auto plan = planner_.dispatch(*call, *problem, stream, Pass::backward);
     if (!plan.ok()) return std::move(plan).error();
     return launch(*call, **plan, *problem, stream);
   }
@@ -135,18 +135,11 @@ class Engine::Impl {
  private:
   Result<CallContext> call_context(CUstream stream) { return contexts_.call_context(stream); }
 
-  // The plan of the family of `pass` that serves the problem (the first by priority that accepts
-  // it), valid until this thread's next call (Planner::dispatch).
-  Result<const Plan*> planned(const CallContext& call, const AttentionProblem& problem, CUstream stream,
-                              Pass pass = Pass::forward) {
-    return planner_.dispatch(call, problem, stream, pass);
-  }
-
   // The workspace bytes a call's plan asks for, planned as the call would be, nothing launched.
   Result<std::uint64_t> planned_workspace(const AttentionProblem& problem, CUstream stream, Pass pass) {
     auto call = call_context(stream);
     if (!call.ok()) return std::move(call).error();
-    auto plan = planned(*call, problem, stream, pass);
+    auto plan = planner_.dispatch(*call, problem, stream, pass);
     if (!plan.ok()) return std::move(plan).error();
     WorkspaceMeter meter;
     LaunchPlan launches;
