@@ -66,8 +66,11 @@ static int g_cpu_for_tests;
 static unsigned long long g_calls;
 /* NULL: outputs from the exchange API's allocator. Else torch.Tensor.new_empty, called as
  * new_empty(q, shape): a tensor whose storage the caching allocator owns, so record_stream and
- * storage resizes work on it as on the operator's output (set_output_allocator()). */
+ * storage resizes work on it as on the operator's output (set_output_allocator()). Where the
+ * output has q's shape and q is contiguous, torch.empty_like(q) gives the same tensor for about
+ * half the host time (no size or keyword to parse): g_empty_like. */
 static PyObject* g_new_empty;
+static PyObject* g_empty_like;
 
 /* set_guards(): torch.is_grad_enabled, and the predicates (torch-function mode, dispatch modes,
  * profiler, tracer) under which only the operator may run. Checked here rather than in ops.py:
@@ -256,6 +259,18 @@ static DLManagedTensorVersioned* allocate(DLDevice device, DLDataType dtype, int
   return managed;
 }
 
+/* Whether a 4-d tensor's strides are row-major (where empty_like keeps them: the operator's own
+ * output layout). Dims of extent 1 may have any stride, as torch's is_contiguous() allows. */
+static int contiguous(const DLTensor* t) {
+  if (!t->strides) return 1;
+  int64_t expected = 1;
+  for (int i = DIMS - 1; i >= 0; --i) {
+    if (t->shape[i] != 1 && t->strides[i] != expected) return 0;
+    expected *= t->shape[i];
+  }
+  return 1;
+}
+
 /* `shape` as a tuple of ints (a borrowed reference, NULL with an error set). The last one is
  * kept: calls of one shape, the common case, then build it once (a tuple of ints is immutable, so
  * handing the same one to new_empty each time is safe). */
@@ -279,8 +294,13 @@ static int output(const DLTensor* q, const DLTensor* v, PyObject** tensor, flash
                   PyObject* q_obj) {
   int64_t shape[DIMS] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
   if (g_new_empty && q_obj) {
-    PyObject* dims = shape_tuple(shape);
-    PyObject* out = dims ? PyObject_CallFunctionObjArgs(g_new_empty, q_obj, dims, NULL) : NULL;
+    PyObject* out = NULL;
+    if (g_empty_like && v->shape[3] == q->shape[3] && contiguous(q)) {
+      out = PyObject_CallFunctionObjArgs(g_empty_like, q_obj, NULL);
+    } else {
+      PyObject* dims = shape_tuple(shape);
+      out = dims ? PyObject_CallFunctionObjArgs(g_new_empty, q_obj, dims, NULL) : NULL;
+    }
     DLTensor t;
     if (!out || g.api->dltensor_from_py_object_no_sync(out, &t) != 0) {
       Py_XDECREF(out);
@@ -638,16 +658,20 @@ static PyObject* bind(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
-/* set_output_allocator(new_empty or None): see g_new_empty. */
-static PyObject* set_output_allocator(PyObject* self, PyObject* fn) {
+/* set_output_allocator(new_empty, empty_like) or (None, None): see g_new_empty. */
+static PyObject* set_output_allocator(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   (void)self;
-  if (fn != Py_None && !PyCallable_Check(fn))
-    return PyErr_Format(PyExc_TypeError, "set_output_allocator takes torch.Tensor.new_empty or None");
-  Py_XDECREF(g_new_empty);
-  g_new_empty = NULL;
-  if (fn != Py_None) {
-    Py_INCREF(fn);
-    g_new_empty = fn;
+  if (nargs != 2 || (args[0] == Py_None) != (args[1] == Py_None) ||
+      (args[0] != Py_None && (!PyCallable_Check(args[0]) || !PyCallable_Check(args[1]))))
+    return PyErr_Format(PyExc_TypeError,
+                        "set_output_allocator takes (torch.Tensor.new_empty, torch.empty_like) or (None, None)");
+  Py_CLEAR(g_new_empty);
+  Py_CLEAR(g_empty_like);
+  if (args[0] != Py_None) {
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    g_new_empty = args[0];
+    g_empty_like = args[1];
   }
   Py_RETURN_NONE;
 }
@@ -684,8 +708,9 @@ static PyMethodDef methods[] = {
      "bind(exchange_api, tensor_type, error_type, engine, forward_v2, workspace_size_v2, last_error, abi_version, "
      "args_v2_size)"},
     {"calls", calls, METH_NOARGS, "calls dense() ran to the end"},
-    {"set_output_allocator", set_output_allocator, METH_O,
-     "set_output_allocator(torch.Tensor.new_empty or None): outputs from PyTorch's own allocation, or the exchange API's"},
+    {"set_output_allocator", (PyCFunction)(void (*)(void))set_output_allocator, METH_FASTCALL,
+     "set_output_allocator(torch.Tensor.new_empty, torch.empty_like) or (None, None): outputs from PyTorch's own "
+     "allocation, or the exchange API's"},
     {"version", version, METH_NOARGS, "the version of bind()'s and dense()'s contract"},
     {"_output_like", (PyCFunction)(void (*)(void))output_like, METH_FASTCALL,
      "_output_like(q, v) -> Tensor: dense()'s output allocation alone"},

@@ -591,7 +591,8 @@ def _load_eager():
 
 
 def set_eager_output_allocator(which, module=None):
-    """Where the eager path's outputs come from: "torch" (Tensor.new_empty: storage the caching
+    """Where the eager path's outputs come from: "torch" (torch.empty_like(q) where the output has
+    q's shape and q is contiguous, else Tensor.new_empty: storage the caching
     allocator owns, so record_stream and resizes work as on the operator's output) or "dlpack"
     (the exchange API's allocator: cheaper, but PyTorch wraps it in storage the caching allocator
     does not own, where record_stream does nothing). FLASHJIT_EAGER_ALLOC sets it at import."""
@@ -599,7 +600,7 @@ def set_eager_output_allocator(which, module=None):
     if which not in ("torch", "dlpack"):
         raise ValueError("FLASHJIT_EAGER_ALLOC must be torch or dlpack, got %r" % (which,))
     if module is not None:
-        module.set_output_allocator(torch.Tensor.new_empty if which == "torch" else None)
+        module.set_output_allocator(*((torch.Tensor.new_empty, torch.empty_like) if which == "torch" else (None, None)))
 
 
 # The fast path's guards, each a call into torch's C state, checked by the extension itself before

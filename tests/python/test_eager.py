@@ -567,6 +567,34 @@ def test_the_output_allocation_alone():
     assert type(out) is torch.Tensor
 
 
+def test_outputs_of_qs_shape_come_from_empty_like_others_from_new_empty():
+    """empty_like(q) only where it gives what new_empty(q, shape) would: a contiguous q (its
+    layout kept) and an output of q's shape; a permuted q or another head dim take new_empty."""
+    eager = _needs_eager()
+    used = []
+    new_empty = lambda q, shape: used.append("new_empty") or torch.Tensor.new_empty(q, shape)
+    empty_like = lambda q: used.append("empty_like") or torch.empty_like(q)
+    eager.set_output_allocator(new_empty, empty_like)
+    try:
+        q = torch.randn(2, 8, 4, 64)
+        permuted = torch.randn(2, 4, 8, 64).transpose(1, 2)
+        ones = torch.randn(1, 1, 4, 64)[:, :, :, :]
+        for q_, v, want in ((q, q, "empty_like"), (permuted, permuted, "new_empty"), (q, q[..., :32], "new_empty"),
+                            (ones.expand(1, 1, 4, 64), ones, "empty_like")):
+            out = eager._output_like(q_, v)
+            assert used.pop() == want and out.is_contiguous() and out.shape == (*q_.shape[:3], v.shape[3])
+    finally:
+        ops.set_eager_output_allocator("torch")
+
+
+@pytest.mark.parametrize("args", [(torch.Tensor.new_empty,), (None, torch.empty_like), (1, 2),
+                                  (torch.Tensor.new_empty, None)])
+def test_set_output_allocator_takes_both_functions_or_neither(args):
+    eager = _needs_eager()
+    with pytest.raises(TypeError, match="set_output_allocator takes"):
+        eager.set_output_allocator(*args)
+
+
 def test_output_allocator_names_its_choices():
     with pytest.raises(ValueError, match="FLASHJIT_EAGER_ALLOC must be torch or dlpack"):
         ops.set_eager_output_allocator("cuda")
