@@ -121,9 +121,11 @@ TEST_CASE("version names the library and NVRTC") {
   auto j = r.json();
   CHECK(j["version"].get<std::string>().size() > 0);
   CHECK(j["nvrtc"]["version"].get<std::string>().size() > 0);
+  CHECK(j["backward_kernel_families"] == "bwd_sm80");
   auto text = run_flashjit({"version"});
   CHECK(contains(text.out, "flashjit "));
   CHECK(contains(text.out, "NVRTC "));
+  CHECK(contains(text.out, "backward kernel families: bwd_sm80\n"));
 }
 
 TEST_CASE("user text in errors is escaped and cut (issue 6, defect 10)") {
