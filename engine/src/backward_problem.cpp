@@ -80,7 +80,7 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
   }
 
   out.backward = &a;
-  out.semantics.write_lse = false;
+  out.semantics = backward_semantics(out.semantics);  // the catalog's rule, which warmup names variants by
   out.semantics.vec = widest_vec({&f.q, &f.k, &f.v, &f.o, &a.dout, &a.dq, &a.dk, &a.dv}, elem);
   // Keys without queries still get dk = dv = 0 written, and queries without keys dq = 0: only
   // a call with neither (or no heads, no sequences) has nothing to write.

@@ -49,6 +49,12 @@ Result<const KernelFamily*> serving_family(const std::string& name, const Arch& 
 
 const char* pass_name(Pass pass) { return pass == Pass::backward ? "backward" : "forward"; }
 
+Semantics backward_semantics(const Semantics& forward) {
+  Semantics s = forward;
+  s.write_lse = false;
+  return s;
+}
+
 std::vector<std::string> kernel_family_names(Pass pass) {
   std::vector<std::string> out;
   for (const auto* f : kernel_families(pass)) out.push_back(f->name());

@@ -128,10 +128,15 @@ TEST_CASE("the catalog's backward variant is the one Engine::plan_backward() pla
   }
   for (const Arch& arch : {sm80, sm90a}) {
     CAPTURE(arch.name());
-    auto planned = Engine::create().value()->plan_backward(b, arch.name());
+    auto engine = Engine::create().value();
+    auto planned = engine->plan_backward(b, arch.name());
     REQUIRE(planned.ok());
-    Semantics s = planned->variant.semantics;
+    const Semantics s = planned->variant.semantics;
     CHECK(!s.write_lse);  // the backward reads the LSE
+    auto forward = engine->plan(b.forward, arch.name());
+    REQUIRE(forward.ok());
+    CHECK(forward->variant.semantics.write_lse);
+    CHECK(backward_semantics(forward->variant.semantics) == s);
     CHECK(families_serving(arch, s, Pass::backward).value().front() == planned->variant.family);
     CHECK(default_tilings(planned->variant.family, arch, s).value().front() == planned->variant.tiling);
     CHECK(check_buildable(planned->variant, arch).ok());

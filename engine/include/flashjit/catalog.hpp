@@ -32,6 +32,11 @@ struct AttentionArgs;  // flashjit.hpp
 enum class Pass { forward, backward };
 const char* pass_name(Pass pass);  // "forward", "backward"
 
+// The semantics a backward call's variant has, given its forward call's: the same, with
+// write_lse off (the backward reads the LSE, so its variant is not named for writing it). What
+// families_serving(..., Pass::backward) and the tilings are asked with to warm a training job.
+Semantics backward_semantics(const Semantics& forward);
+
 // The names of every kernel family of `pass`, in the priority order the engine tries them.
 std::vector<std::string> kernel_family_names(Pass pass = Pass::forward);
 
