@@ -85,7 +85,9 @@ write(c, "issue6_defect5_range_wraps",
            tensor(top, F16, (1, 1, 1, 1))))
 
 # --- fuzz_c_abi_v2: flashjit_attention_args_v2 bytes, its present structs, the arch, a tail -
-V2_SIZE, ABI_V2 = 400, 2  # sizeof(flashjit_attention_args_v2), FLASHJIT_ABI_VERSION
+# The first published struct's size (it ended at `paged`; what the seeds' struct_size says, an old
+# caller's), and the struct's whole size today, which the targets read before its pointees.
+V2_SIZE, V2_SIZEOF, ABI_V2 = 400, 432, 2
 I64_MIN = -2**63
 # Every integer field meets these: zero, signs, int32's edges, the issue 21 G1 value, int64's edges.
 BOUNDARIES = {"0": 0, "-1": -1, "1": 1, "2p31_minus_1": 2**31 - 1, "2p31": 2**31, "2p56": 2**56,
@@ -109,6 +111,8 @@ class V2:
         self.mask, self.fp32_math, self.scale, self.softcap = 0, 0, 0.0, 0.0
         self.sinks = self.kv_lens = 0
         self.lse = self.varlen = self.window = self.alibi = self.paged = None
+        # Past the first published struct: ABI versions 3, 6, 4 and 7.
+        self.flags = self.sm_margin = self.workspace = self.workspace_bytes = self.kv_starts = 0
         self.arch, self.tail = b"", b""
 
     @staticmethod
@@ -123,6 +127,8 @@ class V2:
         out += struct.pack("<Qiiff", present(self.lse), self.mask, self.fp32_math, self.scale, self.softcap)
         out += struct.pack("<QQQQQQ", present(self.varlen), present(self.window), present(self.alibi),
                            self.sinks, self.kv_lens, present(self.paged))
+        out += struct.pack("<IIQQQ", self.flags, self.sm_margin, self.workspace, self.workspace_bytes, self.kv_starts)
+        assert len(out) == V2_SIZEOF  # the targets read the whole struct before its pointees
         if self.lse is not None:
             out += lse_view(*self.lse)
         if self.varlen is not None:
@@ -183,8 +189,8 @@ write(c2, "valid_every_option_f32_sm86", with_fields(every_option(F32), arch=b"s
 write(c2, "valid_paged_decode", paged().bytes())
 write(c2, "valid_paged_varlen", paged_varlen().bytes())
 # A caller built against a newer header: zeros past the known struct pass, a set byte does not.
-write(c2, "valid_newer_caller_zero_tail", with_fields(V2(), struct_size=V2_SIZE + 8).bytes())
-write(c2, "newer_caller_field_set", with_fields(V2(), struct_size=V2_SIZE + 8, tail=b"\0\0\0\0\x05").bytes())
+write(c2, "valid_newer_caller_zero_tail", with_fields(V2(), struct_size=V2_SIZEOF + 8).bytes())
+write(c2, "newer_caller_field_set", with_fields(V2(), struct_size=V2_SIZEOF + 8, tail=b"\0\0\0\0\x05").bytes())
 for name, size in [("0", 0), ("8", 8), ("one_short", V2_SIZE - 1), ("4096", 4096), ("4097", 4097), ("2p31", 2**31),
                    ("u32_max", 2**32 - 1)]:
     write(c2, "struct_size_" + name, with_fields(V2(), struct_size=size).bytes())
