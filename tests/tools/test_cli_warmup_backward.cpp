@@ -44,9 +44,7 @@ bool is_file(const std::string& path) {
 TEST_CASE("warmup --pass both fills the cache entry Engine::backward() reads; list, verify and bundles carry it") {
   TempDir dir;
   const std::string cache = dir / "cache";
-  EngineOptions eo;
-  eo.cache_dir = cache;
-  auto engine = Engine::create(eo).value();
+  auto engine = engine_on(cache);
   auto planned = engine->plan_backward(small_backward_args(), "sm_80");
   REQUIRE(planned.ok());
   const KernelVariant& backward = planned->variant;
@@ -106,9 +104,7 @@ TEST_CASE("warmup --pass both fills the cache entry Engine::backward() reads; li
   auto warm = run_flashjit(training_warmup_args(fleet));
   REQUIRE(warm.code == 0);
   CHECK(warm.json()["already_cached"] == total);
-  EngineOptions fleet_options;
-  fleet_options.cache_dir = fleet;
-  auto on_fleet = Engine::create(fleet_options).value()->compile(backward, "sm_80");
+  auto on_fleet = engine_on(fleet)->compile(backward, "sm_80");
   REQUIRE(on_fleet.ok());
   CHECK(on_fleet->from_disk);
 }
