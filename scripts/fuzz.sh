@@ -5,11 +5,11 @@
 # build-asan/fuzz/<target>/ and fails the script.
 #
 #   FUZZ_SECONDS   time per target (default 60)
-#   FUZZ_TARGETS   which targets (default: all six)
+#   FUZZ_TARGETS   which targets (default: all seven; at the default time, 7 minutes in all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"fuzz_c_abi fuzz_c_abi_v2 fuzz_bundle_import fuzz_variant_json fuzz_workload_json fuzz_env_values"}
+targets=${FUZZ_TARGETS:-"fuzz_c_abi fuzz_c_abi_v2 fuzz_c_abi_backward fuzz_bundle_import fuzz_variant_json fuzz_workload_json fuzz_env_values"}
 # Inputs up to 16 KiB: enough for every format's structure; the 400 KB nesting reproducer is
 # still replayed whole by ctest.
 max_len=16384
@@ -28,7 +28,7 @@ for t in $targets; do
   dict=()
   case $t in
     fuzz_variant_json | fuzz_workload_json) dict=(-dict=tests/fuzz/json.dict) ;;
-    fuzz_c_abi | fuzz_c_abi_v2) dict=(-dict=tests/fuzz/c_abi.dict) ;;
+    fuzz_c_abi | fuzz_c_abi_v2 | fuzz_c_abi_backward) dict=(-dict=tests/fuzz/c_abi.dict) ;;
   esac
   echo "== $t: ${seconds}s from $(ls tests/fuzz/corpus/$t | wc -l) seeds"
   if ! "$bin" -max_total_time="$seconds" -max_len=$max_len -timeout=$timeout_s -rss_limit_mb=$rss_limit_mb -print_final_stats=1 \

@@ -26,6 +26,36 @@ Status check_like(const char* name, const TensorView& grad, const char* of_name,
   return check_layout(name, grad.data, grad.shape, grad.stride, dtype_size(grad.dtype), is_output, extent);
 }
 
+// A small array the kernels read besides the tensors, as a [rows, count] view.
+struct ReadArray {
+  const char* name = "";
+  const void* data = nullptr;
+  std::int64_t rows = 0, count = 0, row_stride = 0;
+  std::size_t elem = 0;
+};
+constexpr int kMaxReadArrays = 8;
+#define FJ_COUNT_ARRAY(...) +1
+static_assert(3 + (0 FLASHJIT_DEVICE_ARRAY_ROWS(FJ_COUNT_ARRAY)) <= kMaxReadArrays, "read_arrays() holds every array");
+#undef FJ_COUNT_ARRAY
+
+// The forward's small arrays the kernels read: prefix sums, ALiBi slopes and the per-sequence and
+// per-head arrays (flashjit/device_arrays.h), each bounded by the forward's validation; located
+// here for the gradients' overlap check. No block table: no backward family reads page pools.
+int read_arrays(const AttentionArgs& f, const ProblemShape& shape, ReadArray (&out)[kMaxReadArrays]) {
+  const std::int64_t batch = shape.batch, heads_q = shape.heads_q;  // the names the extents use
+  int n = 0;
+  if (f.varlen) {
+    out[n++] = {"forward.varlen.cu_seqlens_q", f.varlen->cu_seqlens_q, 1, batch + 1, 0, sizeof(std::int32_t)};
+    if (!f.paged) out[n++] = {"forward.varlen.cu_seqlens_k", f.varlen->cu_seqlens_k, 1, batch + 1, 0, sizeof(std::int32_t)};
+  }
+  if (f.alibi) out[n++] = {"forward.alibi.slopes", f.alibi->slopes, batch, heads_q, f.alibi->batch_stride, sizeof(float)};
+#define FJ_READ_ARRAY(elem, field, extent, constant, tag, why) \
+  if (f.field) out[n++] = {"forward." #field, f.field, 1, extent, 0, sizeof(elem)};
+  FLASHJIT_DEVICE_ARRAY_ROWS(FJ_READ_ARRAY)
+#undef FJ_READ_ARRAY
+  return n;
+}
+
 }  // namespace
 
 Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
@@ -78,9 +108,19 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
     for (const auto& [other_name, other] : outputs)
       if (e != other && overlaps(*e, *other)) return bad(std::string(name) + " must not overlap " + other_name + " in memory");
   }
+  // Nor with the small arrays the kernels read while other CTAs write the gradients.
+  ReadArray arrays[kMaxReadArrays];
+  for (int i = 0, n = read_arrays(f, out.shape, arrays); i < n; ++i) {
+    const ReadArray& r = arrays[i];
+    const std::int64_t shape[2] = {r.rows, r.count}, stride[2] = {r.row_stride, 1};
+    Extent e;
+    FJ_TRY(check_layout(r.name, r.data, shape, stride, r.elem, false, &e));
+    for (const auto& [name, o] : outputs)
+      if (overlaps(*o, e)) return bad(std::string(name) + " must not overlap " + r.name + " in memory");
+  }
 
   out.backward = &a;
-  out.semantics.write_lse = false;
+  out.semantics = backward_semantics(out.semantics);  // the catalog's rule, which warmup names variants by
   out.semantics.vec = widest_vec({&f.q, &f.k, &f.v, &f.o, &a.dout, &a.dq, &a.dk, &a.dv}, elem);
   // Keys without queries still get dk = dv = 0 written, and queries without keys dq = 0: only
   // a call with neither (or no heads, no sequences) has nothing to write.

@@ -47,18 +47,32 @@ Result<const KernelFamily*> serving_family(const std::string& name, const Arch& 
 
 }  // namespace
 
-std::vector<std::string> kernel_family_names() {
+const char* pass_name(Pass pass) { return pass == Pass::backward ? "backward" : "forward"; }
+
+Semantics backward_semantics(const Semantics& forward) {
+  Semantics s = forward;
+  s.write_lse = false;
+  return s;
+}
+
+std::vector<std::string> kernel_family_names(Pass pass) {
   std::vector<std::string> out;
-  for (const auto* f : kernel_families()) out.push_back(f->name());
+  for (const auto* f : kernel_families(pass)) out.push_back(f->name());
   return out;
 }
 
-Result<std::vector<std::string>> families_serving(const Arch& arch, const Semantics& semantics) {
+Result<Pass> family_pass(const std::string& family) {
+  auto f = known_family(family);
+  if (!f.ok()) return std::move(f).error();
+  return f.value()->pass();
+}
+
+Result<std::vector<std::string>> families_serving(const Arch& arch, const Semantics& semantics, Pass pass) {
   FJ_TRY(semantics.check());
   std::vector<std::string> out;
-  for (const KernelFamily* f : families_for(arch, semantics)) out.push_back(f->name());
+  for (const KernelFamily* f : families_for(arch, semantics, pass)) out.push_back(f->name());
   if (out.empty()) {
-    auto why = choose_family(arch, semantics, nullptr);  // each family's reason
+    auto why = choose_family(arch, semantics, nullptr, pass);  // each family's reason
     if (!why.ok()) return std::move(why).error();
     return Error(Code::internal, "no family serves " + semantics.name() + " on " + arch.name() + " for every shape");
   }
@@ -93,10 +107,11 @@ Result<Tiling> parse_tiling(const std::string& family, const std::string& text) 
     // Each family's tilings have letters of their own, so the letters name the family; the
     // caller then hears that family's rules, not those of whichever family comes first.
     std::string forms;
-    for (const auto* f : kernel_families()) {
-      if (spells_tags(f->knobs(), text)) return Tiling::parse(f->knobs(), text);
-      forms += std::string(forms.empty() ? "" : "; ") + "a " + f->name() + " tiling looks like " + f->knobs().form();
-    }
+    for (Pass pass : {Pass::forward, Pass::backward})
+      for (const auto* f : kernel_families(pass)) {
+        if (spells_tags(f->knobs(), text)) return Tiling::parse(f->knobs(), text);
+        forms += std::string(forms.empty() ? "" : "; ") + "a " + f->name() + " tiling looks like " + f->knobs().form();
+      }
     return Error(Code::invalid_argument, "'" + printable(text) + "' is not a tiling of any family: " + forms);
   }
   auto f = known_family(family);

@@ -21,10 +21,8 @@
 
 namespace flashjit {
 
-// Which pass of attention a family's kernels compute. A forward call never runs a backward
-// family and the reverse: the family, not the semantics, says so, since both passes share the
-// forward's result-changing values (a backward variant is keyed apart by its family's name).
-enum class Pass { forward, backward };
+// Pass (flashjit/catalog.hpp): which pass a family's kernels compute. A forward call never runs
+// a backward family and the reverse: the family, not the semantics, says so.
 
 // A kernel a family's module exports.
 struct EntryPoint {

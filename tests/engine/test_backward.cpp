@@ -120,6 +120,21 @@ TEST_CASE("backward: each argument rule is named in its error") {
   b = make();
   b.forward.q.shape[3] = 300;  // the forward's own rules, prefixed with where they apply
   CHECK(mentions(error_of(b), "forward: "));
+
+  // The small arrays the kernels read stay apart from the gradients other CTAs write (found by
+  // fuzz_c_abi_backward: the forward checks them against o and lse only).
+  b = make();
+  b.forward.kv_lens = static_cast<const std::int32_t*>(b.dk.data);
+  CHECK(mentions(error_of(b), "dk must not overlap forward.kv_lens in memory"));
+  b = make();
+  b.forward.sinks = static_cast<const float*>(b.dq.data);
+  CHECK(mentions(error_of(b), "dq must not overlap forward.sinks in memory"));
+  b = make();
+  b.forward.alibi = Alibi{static_cast<const float*>(b.dv.data), 0};
+  CHECK(mentions(error_of(b), "dv must not overlap forward.alibi.slopes in memory"));
+  b = make();
+  b.forward.alibi = Alibi{faddr(10), 0};  // apart: fine
+  CHECK(error_of(b) == "OK");
 }
 
 TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argument") {

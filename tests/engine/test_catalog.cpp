@@ -78,6 +78,71 @@ TEST_CASE("default and candidate tilings are the family's own, or an error namin
   CHECK(has(refused.error().message(), "sm_80"));
 }
 
+TEST_CASE("the backward's families and tilings are listed like the forward's, with its own refusals") {
+  Semantics s;
+  s.head_dim_qk = s.head_dim_v = 64;
+  CHECK(kernel_family_names(Pass::backward) == std::vector<std::string>{"bwd_sm80"});
+  for (const std::string& name : kernel_family_names(Pass::forward)) CHECK(family_pass(name).value() == Pass::forward);
+  CHECK(family_pass("bwd_sm80").value() == Pass::backward);
+  CHECK(has(family_pass("fa9").error().message(), "unknown kernel family 'fa9'"));
+  CHECK(std::string(pass_name(Pass::backward)) == "backward");
+
+  for (const Arch& arch : {sm80, sm90a}) {
+    CAPTURE(arch.name());
+    auto names = families_serving(arch, s, Pass::backward);
+    REQUIRE(names.ok());
+    CHECK(names.value() == std::vector<std::string>{"bwd_sm80"});
+    const KernelFamily* f = find_family("bwd_sm80");
+    CHECK(default_tilings("bwd_sm80", arch, s).value() == f->default_tilings(arch, s));
+    CHECK(candidate_tilings("bwd_sm80", arch, s).value() == f->candidate_tilings(arch, s));
+    // The forward's list is unchanged: no backward family in it.
+    const auto forward = families_serving(arch, s);
+    for (const std::string& name : forward.value()) CHECK(name != "bwd_sm80");
+  }
+  // A tiling names its family by its letters, backward ones too.
+  const Tiling wide = default_tilings("bwd_sm80", sm80, s).value().front();
+  CHECK(parse_tiling("", wide.name()).value() == wide);
+
+  Semantics f32 = s;
+  f32.dtype = DType::f32;
+  f32.vec = 4;
+  auto refused = families_serving(sm80, f32, Pass::backward);
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().code() == Code::unsupported);
+  CHECK(has(refused.error().message(), "no backward kernel family serves"));
+  CHECK(has(refused.error().message(), "bwd_sm80 refused: q.dtype"));
+  CHECK(families_serving(sm75, s, Pass::backward).error().code() == Code::unsupported);
+}
+
+TEST_CASE("the catalog's backward variant is the one Engine::plan_backward() plans") {
+  BackwardArgs b;
+  b.forward = prefill_args(8, 2);
+  b.forward.lse = LseView::contiguous(reinterpret_cast<float*>(0x7f0000000000ull + (6ull << 32)), 2, 8, 1024);
+  b.dout = b.forward.o;
+  b.dout.data = reinterpret_cast<const void*>(0x7f0000000000ull + (7ull << 32));
+  TensorView* grads[] = {&b.dq, &b.dk, &b.dv};
+  const TensorView* of[] = {&b.forward.q, &b.forward.k, &b.forward.v};
+  for (std::uintptr_t i = 0; i < 3; ++i) {
+    *grads[i] = *of[i];
+    grads[i]->data = reinterpret_cast<const void*>(0x7f0000000000ull + ((8 + i) << 32));
+  }
+  for (const Arch& arch : {sm80, sm90a}) {
+    CAPTURE(arch.name());
+    auto engine = Engine::create().value();
+    auto planned = engine->plan_backward(b, arch.name());
+    REQUIRE(planned.ok());
+    const Semantics s = planned->variant.semantics;
+    CHECK(!s.write_lse);  // the backward reads the LSE
+    auto forward = engine->plan(b.forward, arch.name());
+    REQUIRE(forward.ok());
+    CHECK(forward->variant.semantics.write_lse);
+    CHECK(backward_semantics(forward->variant.semantics) == s);
+    CHECK(families_serving(arch, s, Pass::backward).value().front() == planned->variant.family);
+    CHECK(default_tilings(planned->variant.family, arch, s).value().front() == planned->variant.tiling);
+    CHECK(check_buildable(planned->variant, arch).ok());
+  }
+}
+
 TEST_CASE("family_variant plans a call on the family the caller names, with its default tiling for the shape") {
   const AttentionArgs args = prefill_args(8, 2);
   auto planned = Engine::create().value()->plan(args, "sm_90a");

@@ -1,7 +1,10 @@
 // Shared by the C ABI fuzz targets (fuzz_c_abi: flashjit_precompile, fuzz_c_abi_v2:
-// flashjit_precompile_v2). No GPU is involved, and NVRTC is made unloadable on purpose
-// (FLASHJIT_NVRTC_PATH names a missing file): validation and planning run in full, then the
-// compile step fails at once with FLASHJIT_LIBRARY_MISSING, so each input costs microseconds.
+// flashjit_precompile_v2, fuzz_c_abi_backward: the backward's three calls). No GPU is involved,
+// and NVRTC is made unloadable on purpose (FLASHJIT_NVRTC_PATH names a missing file):
+// validation and planning run in full, then the compile step fails at once with
+// FLASHJIT_LIBRARY_MISSING, so each input costs microseconds. The CUDA driver likewise, for the
+// targets that call what launches (FLASHJIT_LIBCUDA_PATH), so that a machine with a GPU never
+// runs a kernel on the inputs' made-up pointers.
 //
 // Besides the sanitizers, each target checks that the status is one validation can give, that
 // the message is safe to print, and that whatever validation accepts passes an independent
@@ -27,6 +30,10 @@ inline void make_compiles_fail_fast() {
   ::setenv("FLASHJIT_DISK_CACHE", "0", 1);
 }
 
+// Called from LLVMFuzzerInitialize by targets that call launching entry points: their calls
+// then fail with FLASHJIT_LIBRARY_MISSING where they would first need the device.
+inline void make_launches_fail_fast() { ::setenv("FLASHJIT_LIBCUDA_PATH", "/nonexistent/flashjit-fuzz/libcuda.so", 1); }
+
 inline flashjit_engine* c_engine() {
   static flashjit_engine* e = [] {
     flashjit_engine* made = nullptr;
@@ -46,19 +53,20 @@ inline std::string arch_from(const std::uint8_t* data, std::size_t size, std::si
 }
 
 // Whether validation accepted the call that returned `st` (precompile got as far as the
-// compiler); fails on a status validation never gives or a message with raw bytes.
-inline bool accepted(flashjit_status st) {
+// compiler; a launching call as far as the device, whose library `missing` names); fails on a
+// status validation never gives or a message with raw bytes.
+inline bool accepted(flashjit_status st, const char* missing = "FLASHJIT_NVRTC_PATH") {
   const std::string message = flashjit_last_error();
-  check_printable(message, "precompile's message has raw bytes");
+  check_printable(message, "the call's message has raw bytes");
   switch (st) {
     case FLASHJIT_INVALID_ARGUMENT:
     case FLASHJIT_UNSUPPORTED:
       return false;
     case FLASHJIT_LIBRARY_MISSING:  // validation and planning passed; the compile could not start
-      check(message.find("FLASHJIT_NVRTC_PATH") != std::string::npos, "unexpected library error", message);
+      check(message.find(missing) != std::string::npos, "unexpected library error", message);
       return true;
     default:
-      fail("precompile returned a status validation never gives", message);
+      fail("the call returned a status validation never gives", message);
   }
 }
 

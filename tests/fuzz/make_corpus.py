@@ -85,7 +85,9 @@ write(c, "issue6_defect5_range_wraps",
            tensor(top, F16, (1, 1, 1, 1))))
 
 # --- fuzz_c_abi_v2: flashjit_attention_args_v2 bytes, its present structs, the arch, a tail -
-V2_SIZE, ABI_V2 = 400, 2  # sizeof(flashjit_attention_args_v2), FLASHJIT_ABI_VERSION
+# The first published struct's size (it ended at `paged`; what the seeds' struct_size says, an old
+# caller's), and the struct's whole size today, which the targets read before its pointees.
+V2_SIZE, V2_SIZEOF, ABI_V2 = 400, 432, 2
 I64_MIN = -2**63
 # Every integer field meets these: zero, signs, int32's edges, the issue 21 G1 value, int64's edges.
 BOUNDARIES = {"0": 0, "-1": -1, "1": 1, "2p31_minus_1": 2**31 - 1, "2p31": 2**31, "2p56": 2**56,
@@ -109,6 +111,8 @@ class V2:
         self.mask, self.fp32_math, self.scale, self.softcap = 0, 0, 0.0, 0.0
         self.sinks = self.kv_lens = 0
         self.lse = self.varlen = self.window = self.alibi = self.paged = None
+        # Past the first published struct: ABI versions 3, 6, 4 and 7.
+        self.flags = self.sm_margin = self.workspace = self.workspace_bytes = self.kv_starts = 0
         self.arch, self.tail = b"", b""
 
     @staticmethod
@@ -123,6 +127,8 @@ class V2:
         out += struct.pack("<Qiiff", present(self.lse), self.mask, self.fp32_math, self.scale, self.softcap)
         out += struct.pack("<QQQQQQ", present(self.varlen), present(self.window), present(self.alibi),
                            self.sinks, self.kv_lens, present(self.paged))
+        out += struct.pack("<IIQQQ", self.flags, self.sm_margin, self.workspace, self.workspace_bytes, self.kv_starts)
+        assert len(out) == V2_SIZEOF  # the targets read the whole struct before its pointees
         if self.lse is not None:
             out += lse_view(*self.lse)
         if self.varlen is not None:
@@ -183,8 +189,8 @@ write(c2, "valid_every_option_f32_sm86", with_fields(every_option(F32), arch=b"s
 write(c2, "valid_paged_decode", paged().bytes())
 write(c2, "valid_paged_varlen", paged_varlen().bytes())
 # A caller built against a newer header: zeros past the known struct pass, a set byte does not.
-write(c2, "valid_newer_caller_zero_tail", with_fields(V2(), struct_size=V2_SIZE + 8).bytes())
-write(c2, "newer_caller_field_set", with_fields(V2(), struct_size=V2_SIZE + 8, tail=b"\0\0\0\0\x05").bytes())
+write(c2, "valid_newer_caller_zero_tail", with_fields(V2(), struct_size=V2_SIZEOF + 8).bytes())
+write(c2, "newer_caller_field_set", with_fields(V2(), struct_size=V2_SIZEOF + 8, tail=b"\0\0\0\0\x05").bytes())
 for name, size in [("0", 0), ("8", 8), ("one_short", V2_SIZE - 1), ("4096", 4096), ("4097", 4097), ("2p31", 2**31),
                    ("u32_max", 2**32 - 1)]:
     write(c2, "struct_size_" + name, with_fields(V2(), struct_size=size).bytes())
@@ -241,6 +247,113 @@ for label, value in [("nan", float("nan")), ("inf", float("inf")), ("-1", -1.0),
 for name in ["sinks", "kv_lens"]:
     for label, value in [("misaligned", A[6] + 1), ("onto_o", A[4]), ("top_of_memory", 2**64 - 4)]:
         write(c2, "pointer_%s_%s" % (name, label), with_fields(every_option(), **{name: value}).bytes())
+
+# --- fuzz_c_abi_backward: flashjit_backward_args_v1 bytes, the forward's (as above), the arch, a tail
+BWD_SIZE, ABI_BWD = 368, 5  # sizeof(flashjit_backward_args_v1), the ABI version that added it
+G = [0x7E0000000000 + (i << 32) for i in range(8)]  # the gradients' fake device addresses, apart from A
+
+
+def like(t, addr):
+    """A gradient view of tensor t: its dtype and shape, contiguous, at addr."""
+    return [addr, t[1], 0, list(t[3]), list(t[4])]
+
+
+class Bwd:
+    """One flashjit_backward_args_v1, its forward (a V2, None: a null pointer), gradients like q, k, v, o."""
+
+    def __init__(self, forward=None):
+        f = forward if forward is not None else with_fields(V2(), lse=(A[7], (2, 8, 100)))
+        f.struct_size = V2_SIZEOF
+        self.forward = f
+        self.struct_size, self.abi_version = BWD_SIZE, ABI_BWD
+        self.dout, self.dq, self.dk, self.dv = (like(t, G[i]) for i, t in enumerate((f.o, f.q, f.k, f.v)))
+        self.dsinks = G[4] if f.sinks else 0
+        self.flags = self.reserved = 0
+        self.workspace = self.workspace_bytes = 0
+        self.arch, self.tail = b"", b""
+
+    def bytes(self):
+        out = struct.pack("<IIQ", self.struct_size & 0xFFFFFFFF, self.abi_version & 0xFFFFFFFF,
+                          1 if self.forward is not None else 0)
+        out += b"".join(V2._tensor(t) for t in (self.dout, self.dq, self.dk, self.dv))
+        out += struct.pack("<QIIQQ", self.dsinks, self.flags, self.reserved, self.workspace, self.workspace_bytes)
+        assert len(out) == BWD_SIZE
+        if self.forward is not None:
+            out += self.forward.bytes()
+        if self.arch or self.tail:
+            out += self.arch + b"\0" + self.tail
+        return out
+
+
+def bwd_with(**fields):
+    return with_fields(Bwd(), **fields)
+
+
+cb = "fuzz_c_abi_backward"
+write(cb, "valid_gqa_f16", Bwd().bytes())
+write(cb, "valid_causal_bf16_sm90a",
+      with_fields(Bwd(with_fields(V2(BF16), mask=1, lse=(A[7], (2, 8, 100)))), arch=b"sm_90a").bytes())
+# Varlen, causal with a window, softcap, ALiBi, sinks with dsinks, the LSE: every feature the backward serves.
+write(cb, "valid_every_feature_bf16", Bwd(every_option(BF16)).bytes())
+write(cb, "valid_kv_lens_head_dim_40", Bwd(with_fields(V2(D=40), kv_lens=A[5], lse=(A[7], (2, 8, 100)))).bytes())
+b_ = Bwd()
+b_.dq[4] = [100 * 8 * 64, 64, 100 * 64, 1]  # dq stored [B, H, S, D]
+write(cb, "valid_dq_bhsd_strides", b_.bytes())
+write(cb, "valid_caller_workspace", bwd_with(workspace=G[5], workspace_bytes=1 << 20).bytes())
+write(cb, "valid_empty_batch", Bwd(with_fields(V2(B=0), lse=(A[7], (0, 8, 100)))).bytes())
+write(cb, "valid_newer_caller_zero_tail", bwd_with(struct_size=BWD_SIZE + 8).bytes())
+write(cb, "newer_caller_field_set", bwd_with(struct_size=BWD_SIZE + 8, tail=b"\0\0\0\0\x05").bytes())
+write(cb, "forward_null", bwd_with(forward=None).bytes())  # the pointer's bit clear: no struct follows
+write(cb, "forward_without_lse", Bwd(V2()).bytes())
+write(cb, "forward_workspace_set", Bwd(with_fields(V2(), lse=(A[7], (2, 8, 100)), workspace=G[5], workspace_bytes=4096)).bytes())
+for name, size in [("0", 0), ("one_short", BWD_SIZE - 1), ("4096", 4096), ("4097", 4097), ("u32_max", 2**32 - 1)]:
+    write(cb, "struct_size_" + name, bwd_with(struct_size=size).bytes())
+for name, version in [("0", 0), ("4", 4), ("u32_max", 2**32 - 1)]:
+    write(cb, "abi_version_" + name, bwd_with(abi_version=version).bytes())
+for name, flags in [("deterministic", 1), ("unknown_bit", 2), ("all", 2**32 - 1)]:
+    write(cb, "flags_" + name, bwd_with(flags=flags).bytes())
+write(cb, "reserved_set", bwd_with(reserved=1).bytes())
+write(cb, "workspace_misaligned", bwd_with(workspace=G[5] + 128, workspace_bytes=4096).bytes())
+write(cb, "workspace_bytes_without_data", bwd_with(workspace_bytes=4096).bytes())
+write(cb, "dsinks_without_sinks", bwd_with(dsinks=G[4]).bytes())
+for label, value in [("onto_sinks", None), ("misaligned", G[4] + 1), ("top_of_memory", 2**64 - 4), ("onto_dq", G[1])]:
+    b_ = Bwd(every_option())
+    b_.dsinks = b_.forward.sinks if value is None else value
+    write(cb, "dsinks_" + label, b_.bytes())
+# Gradients against their tensors and each other: shapes, dtypes, strides, overlaps, wrapping.
+for grad, index, value, name in [("dq", 3, [2, 100, 8, 32], "dq_shape_head_dim"), ("dk", 3, [2, 121, 2, 64], "dk_shape_seq"),
+                                 ("dout", 1, BF16, "dout_dtype"), ("dv", 4, [15360, 128, 64, -1], "dv_negative_stride"),
+                                 ("dq", 4, [0, 0, 0, 0], "dq_stride_zero"), ("dq", 0, A[1], "dq_onto_q"),
+                                 ("dk", 0, G[3], "dk_onto_dv"), ("dv", 0, A[4], "dv_onto_o"), ("dq", 0, A[7], "dq_onto_lse"),
+                                 ("dk", 0, G[0], "dk_onto_dout"), ("dq", 0, 2**64 - 2, "dq_wraps"),
+                                 ("dq", 0, G[1] + 1, "dq_misaligned")]:
+    b_ = Bwd()
+    getattr(b_, grad)[index] = value
+    write(cb, "grad_" + name, b_.bytes())
+# The small arrays the kernels read, placed onto a gradient they write.
+for array, name in [("kv_lens", "kv_lens"), ("sinks", "sinks")]:
+    for grad in ["dq", "dk"]:
+        b_ = Bwd(with_fields(every_option(), kv_lens=A[5]))
+        setattr(b_.forward, array, getattr(b_, grad)[0])
+        write(cb, "array_%s_onto_%s" % (name, grad), b_.bytes())
+b_ = Bwd(every_option())
+b_.forward.varlen[0] = b_.dq[0]
+write(cb, "array_cu_seqlens_q_onto_dq", b_.bytes())
+b_ = Bwd(every_option())
+b_.forward.alibi[0] = b_.dv[0]
+write(cb, "array_alibi_slopes_onto_dv", b_.bytes())
+# What the backward does not serve yet: refused with UNSUPPORTED by the family, after validation.
+write(cb, "unsupported_f32", Bwd(with_fields(V2(F32), lse=(A[7], (2, 8, 100)))).bytes())
+write(cb, "unsupported_head_dim_192", Bwd(with_fields(V2(D=192), lse=(A[7], (2, 8, 100)))).bytes())
+write(cb, "unsupported_paged", Bwd(with_fields(paged(), lse=(A[7], (2, 8, 1)))).bytes())
+write(cb, "unsupported_kv_starts", Bwd(with_fields(V2(), kv_lens=A[5], kv_starts=A[6], lse=(A[7], (2, 8, 100)))).bytes())
+write(cb, "arch_sm75", bwd_with(arch=b"sm_75").bytes())
+write(cb, "arch_escape_bytes", bwd_with(arch=b"sm_\x1b]0;pwned\x07\xff").bytes())
+for field_path, name in [("q.3.0", "batch"), ("q.3.1", "seq_q"), ("k.3.1", "seq_k"), ("q.3.2", "heads_q")]:
+    for label in ["-1", "2p31", "i64_max"]:
+        f = with_fields(V2(), lse=(A[7], (2, 8, 100)))
+        set_path(f, field_path, BOUNDARIES[label])
+        write(cb, "boundary_%s_%s" % (name, label), Bwd(f).bytes())
 
 # --- fuzz_bundle_import: flags byte (1: repair checksums) + bundle bytes ----------------------
 REPAIR = b"\x01"

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "flashjit/flashjit.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace flashjit::tools::test {
@@ -140,6 +142,13 @@ inline std::vector<std::string> listed_names(const std::string& cache_dir) {
   for (const auto& e : doc["entries"]) names.push_back(e["name"].get<std::string>());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// An engine whose disk cache is `cache_dir`: what a process on a warmed machine reads.
+inline std::unique_ptr<Engine> engine_on(const std::string& cache_dir) {
+  EngineOptions eo;
+  eo.cache_dir = cache_dir;
+  return Engine::create(eo).value();
 }
 
 // The two small explicit variants the NVRTC tests warm (d32 compiles fastest).

@@ -17,7 +17,7 @@ TEST_CASE("--help on the tool and on every subcommand exits 0 and lists the opti
   const std::vector<Case> cases{
       {{"--help"}, {"warmup", "cache", "version", "FLASHJIT_CACHE_DIR", "Exit codes"}},
       {{"warmup", "--help"},
-       {"--arch", "--set", "default", "prefill", "all-dims", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--gqa",
+       {"--arch", "--set", "default", "prefill", "all-dims", "training", "--pass", "backward", "--dtype", "--head-dim", "--head-dim-v", "--mask", "--gqa",
         "--lse", "--tiling", "--vec", "--variants", "--all-tilings", "--threads", "--cache-dir", "--json", "--dry-run"}},
       {{"cache", "--help"}, {"list", "stats", "verify", "prune", "clear", "export", "import", "path"}},
       {{"cache", "list", "--help"}, {"--arch", "--json", "--cache-dir"}},
@@ -67,6 +67,13 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--variants", dir / "none.json"}, "--variants"},
       {{"--arch", "sm_80"}, "nothing to compile"},
       {{"--arch", "sm_80", "--head-dim", "64", "--threads", "0"}, "--threads"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--pass", "sideways"}, "--pass: must be one of forward, backward, both"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--family", "bwd_sm80"}, "bwd_sm80 is a backward family"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80", "--pass", "both"}, "fa2_sm80 is a forward family"},
+      {{"--arch", "sm_80", "--head-dim", "256", "--pass", "backward"}, "no backward kernel family serves"},
+      {{"--arch", "sm_80", "--set", "prefill", "--pass", "both"}, "the backward takes 1 to 128"},
+      {{"--arch", "sm_80", "--head-dim", "64", "--pass", "backward", "--tiling", "m128n64w4s2"},
+       "not a tiling of any backward family"},
   }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
 }
 
@@ -85,6 +92,57 @@ TEST_CASE("warmup --dry-run lists the plan and writes nothing") {
   std::set<std::string> families;
   for (const auto& v : j["variants"]) families.insert(v["name"].get<std::string>().substr(0, v["name"].get<std::string>().find('-')));
   CHECK(families == std::set<std::string>{"decode_sm80", "fa2_sm80", "fa3_sm90"});
+  CHECK(missing_or_empty(cache));
+}
+
+TEST_CASE("warmup --pass and the training set list the backward's kernels beside the forward's") {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  auto count = [](const nlohmann::json& j, const char* pass) {
+    std::size_t n = 0;
+    for (const auto& v : j["variants"]) n += v["pass"] == pass;
+    return n;
+  };
+  // The default is the forward alone, as before --pass existed.
+  auto forward = run_flashjit({"warmup", "--arch", "sm_80", "--head-dim", "64", "--dry-run", "--json", "--cache-dir", cache});
+  REQUIRE(forward.code == 0);
+  CHECK(count(forward.json(), "backward") == 0);
+  CHECK(count(forward.json(), "forward") == forward.json()["variants"].size());
+
+  // One backward kernel per variant and arch (its default tiling), on sm_80 and sm_90a alike.
+  auto backward = run_flashjit({"warmup", "--arch", "sm_80,sm_90a", "--head-dim", "64,128", "--mask", "none,causal",
+                                "--pass", "backward", "--dry-run", "--json", "--cache-dir", cache});
+  REQUIRE(backward.code == 0);
+  auto jb = backward.json();
+  REQUIRE(jb["variants"].size() == 2 * 2 * 2);
+  for (const auto& v : jb["variants"]) {
+    CHECK(v["pass"] == "backward");
+    CHECK(v["family"] == "bwd_sm80");
+  }
+  CHECK(jb["variants"][0]["arch"] == "sm_80");
+  CHECK(jb["variants"][7]["arch"] == "sm_90a");
+  auto text = run_flashjit({"warmup", "--arch", "sm_80", "--head-dim", "64", "--pass", "backward", "--dry-run", "--cache-dir", cache});
+  REQUIRE(text.code == 0);
+  CHECK(contains(text.out, "sm_80 bwd_sm80-f16-dqk64-dv64-vec8-"));
+  CHECK(contains(text.out, "1 backward kernel would be compiled"));
+
+  // The training set: its forward writes the LSE, its backward (the same 24 variants) does not.
+  auto training = run_flashjit({"warmup", "--arch", "sm_80", "--set", "training", "--dry-run", "--json", "--cache-dir", cache});
+  REQUIRE(training.code == 0);
+  auto jt = training.json();
+  CHECK(count(jt, "backward") == 24);
+  for (const auto& v : jt["variants"]) {
+    const std::string semantics = v["semantics"];
+    CHECK_MESSAGE(contains(semantics, "-lse") == (v["pass"] == "forward"), semantics);
+  }
+  auto training_text = run_flashjit({"warmup", "--arch", "sm_80", "--set", "training", "--dry-run", "--cache-dir", cache});
+  CHECK(contains(training_text.out, " forward, 24 backward) would be compiled"));
+  // --pass overrides a set's own passes.
+  auto only_forward = run_flashjit(
+      {"warmup", "--arch", "sm_80", "--set", "training", "--pass", "forward", "--dry-run", "--json", "--cache-dir", cache});
+  REQUIRE(only_forward.code == 0);
+  CHECK(count(only_forward.json(), "backward") == 0);
+  CHECK(only_forward.json()["variants"].size() == jt["variants"].size() - 24);
   CHECK(missing_or_empty(cache));
 }
 
@@ -121,9 +179,11 @@ TEST_CASE("version names the library and NVRTC") {
   auto j = r.json();
   CHECK(j["version"].get<std::string>().size() > 0);
   CHECK(j["nvrtc"]["version"].get<std::string>().size() > 0);
+  CHECK(j["backward_kernel_families"] == "bwd_sm80");
   auto text = run_flashjit({"version"});
   CHECK(contains(text.out, "flashjit "));
   CHECK(contains(text.out, "NVRTC "));
+  CHECK(contains(text.out, "backward kernel families: bwd_sm80\n"));
 }
 
 TEST_CASE("user text in errors is escaped and cut (issue 6, defect 10)") {

@@ -111,9 +111,7 @@ TEST_CASE("runner: every failure is reported with its full error, and counted") 
   // but its confirm step fails; the other cannot be built at all.
   TempDir dir;
   const std::string cache = dir / "cache";
-  EngineOptions eo;
-  eo.cache_dir = cache;
-  auto engine = Engine::create(eo).value();
+  auto engine = engine_on(cache);
   VariantFlags f;
   f.head_dims = {32};
   f.family = "fa2_sm80";
@@ -153,9 +151,7 @@ namespace {
 
 // The entry file path the cache uses for the first kernel small_warmup_args() warms.
 std::string first_entry_path(const std::string& cache_dir) {
-  EngineOptions eo;
-  eo.cache_dir = cache_dir;
-  auto engine = Engine::create(eo).value();
+  auto engine = engine_on(cache_dir);
   VariantFlags f;
   f.head_dims = {32};
   f.family = "fa2_sm80";  // what small_warmup_args compiles

@@ -27,6 +27,10 @@ TEST_CASE("dtype and mask parsing name the option and the rule") {
   CHECK(parse_mask("causal", "--mask").value() == Mask::causal);
   CHECK(!parse_mask("sliding", "--mask").ok());
 
+  CHECK(parse_passes("both", "--pass").value() == std::vector<Pass>{Pass::forward, Pass::backward});
+  CHECK(parse_passes("backward", "--pass").value() == std::vector<Pass>{Pass::backward});
+  CHECK(contains(parse_passes("Forward", "--pass").error().message(), "--pass: must be forward, backward or both"));
+
 }
 
 TEST_CASE("boolean semantics fields each have a flag, from the field list") {
@@ -50,6 +54,14 @@ TEST_CASE("named sets have the documented sizes and are all valid") {
   CHECK(variant_set("default")->size() == 8);
   CHECK(variant_set("prefill")->size() == 40);
   CHECK(variant_set("all-dims")->size() == 60);
+  CHECK(variant_set("training")->size() == 24);
+  const auto training = variant_set("training");
+  for (const auto& v : training.value()) {
+    CHECK(v.semantics.write_lse);  // what the backward reads
+    CHECK(v.passes == std::vector<Pass>{Pass::forward, Pass::backward});
+  }
+  const auto prefill = variant_set("prefill");
+  for (const auto& v : prefill.value()) CHECK(v.passes == std::vector<Pass>{Pass::forward});
   for (const auto& s : variant_sets()) {
     const auto set = variant_set(s.name);
     for (const auto& v : set.value()) CHECK_MESSAGE(v.semantics.check().ok(), v.semantics.name());
@@ -217,6 +229,54 @@ TEST_CASE("plan: specs x archs, fixed tilings, every candidate with --all-tiling
   specs[0].tiling.clear();
   specs[0].family = "fa9";
   CHECK(contains(plan_warmup(specs, archs, false).error().message(), "unknown kernel family 'fa9'"));
+}
+
+TEST_CASE("plan: a backward pass adds the backward family's variants, named as Engine::backward() names them") {
+  const std::vector<Arch> archs{Arch::parse("sm_80").value(), Arch::parse("sm_90a").value()};
+  VariantFlags f;
+  f.head_dims = {64};
+  f.features["write_lse"] = true;
+  auto specs = variants_from_flags(f).value();
+  const auto forward_only = plan_warmup(specs, archs, false);
+  REQUIRE(forward_only.ok());
+  specs[0].passes = {Pass::forward, Pass::backward};
+  auto both = plan_warmup(specs, archs, false);
+  REQUIRE(both.ok());
+  REQUIRE(both->size() == forward_only->size() + 2);  // one backward kernel per arch
+  std::vector<WarmupJob> backward;
+  for (const auto& j : *both)
+    if (j.pass == Pass::backward) backward.push_back(j);
+  REQUIRE(backward.size() == 2);
+  for (const auto& j : backward) {
+    CHECK(j.variant.family == "bwd_sm80");
+    CHECK(j.variant.semantics == backward_semantics(specs[0].semantics));
+    CHECK(!j.variant.semantics.write_lse);
+    CHECK(j.variant.tiling == find_family("bwd_sm80")->default_tiling(j.arch, j.variant.semantics, nullptr));
+  }
+  for (const auto& j : *both)
+    if (j.pass == Pass::forward) CHECK(j.variant.semantics.write_lse);
+
+  specs[0].passes = {Pass::backward};
+  auto all = plan_warmup(specs, {archs[0]}, true);
+  REQUIRE(all.ok());
+  const auto candidates = find_family("bwd_sm80")->candidate_tilings(archs[0], backward[0].variant.semantics);
+  CHECK(all->size() == candidates.size());  // the default is among the candidates
+  specs[0].tiling = "m64n64w4";
+  auto fixed = plan_warmup(specs, {archs[0]}, false);
+  REQUIRE(fixed.ok());
+  REQUIRE(fixed->size() == 1);
+  CHECK(fixed->front().variant.tiling.name() == "m64n64w4");
+  specs[0].tiling = "m64n64w4s2";  // a forward tiling
+  CHECK(contains(plan_warmup(specs, {archs[0]}, false).error().message(), "not a tiling of any backward family"));
+  specs[0].tiling.clear();
+  specs[0].family = "decode_sm80";
+  CHECK(contains(plan_warmup(specs, {archs[0]}, false).error().message(),
+                 "decode_sm80 is a forward family, but backward kernels were asked for"));
+  specs[0].family.clear();
+  specs[0].semantics.head_dim_qk = specs[0].semantics.head_dim_v = 192;
+  auto wide = plan_warmup(specs, {archs[0]}, false);
+  REQUIRE(!wide.ok());
+  CHECK(contains(wide.error().message(), "backward on sm_80: no backward kernel family serves"));
 }
 
 TEST_CASE("JSON integers are range-checked before narrowing (issue 6, defect 6)") {

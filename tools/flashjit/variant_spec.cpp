@@ -69,6 +69,13 @@ Result<DTypeChoice> parse_dtype(const std::string& text, const std::string& opti
   return bad(option, "must be f16, bf16, f32 or tf32, got '" + printable(text) + "'");
 }
 
+Result<std::vector<Pass>> parse_passes(const std::string& text, const std::string& option) {
+  if (text == "forward") return std::vector<Pass>{Pass::forward};
+  if (text == "backward") return std::vector<Pass>{Pass::backward};
+  if (text == "both") return std::vector<Pass>{Pass::forward, Pass::backward};
+  return bad(option, "must be forward, backward or both, got '" + printable(text) + "'");
+}
+
 Result<Mask> parse_mask(const std::string& text, const std::string& option) {
   if (text == "none") return Mask::none;
   if (text == "causal") return Mask::causal;
@@ -94,6 +101,8 @@ const std::vector<VariantSet>& variant_sets() {
       {"default", "f16/bf16 x head dim {64,128} x {none,causal} (8 variants)"},
       {"prefill", "f16/bf16 x head dim {64,96,128,192,256} x {none,causal} x {MHA,GQA} (40 variants)"},
       {"all-dims", "f16/bf16/f32 x head dim {32,48,64,80,96,128,160,192,200,256} x {none,causal} (60 variants)"},
+      {"training", "f16/bf16 x head dim {64,96,128} x {none,causal} x {MHA,GQA}, forward with the LSE and backward "
+                   "(24 variants, both passes unless --pass says otherwise)"},
   };
   return sets;
 }
@@ -102,6 +111,8 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
   std::vector<DTypeChoice> dtypes{{DType::f16}, {DType::bf16}};
   std::vector<int> dims;
   std::vector<bool> gqa{false};
+  bool lse = false;
+  std::vector<Pass> passes{Pass::forward};
   if (name == "default") {
     dims = {64, 128};
   } else if (name == "prefill") {
@@ -110,6 +121,13 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
   } else if (name == "all-dims") {
     dtypes.push_back({DType::f32});
     dims = {32, 48, 64, 80, 96, 128, 160, 192, 200, 256};
+  } else if (name == "training") {
+    // What the backward serves (head dims to 128, 16-bit types); the forward of a training step
+    // writes the LSE that its backward reads.
+    dims = {64, 96, 128};
+    gqa = {false, true};
+    lse = true;
+    passes = {Pass::forward, Pass::backward};
   } else {
     std::string names;
     for (const auto& s : variant_sets()) names += (names.empty() ? "" : ", ") + std::string(s.name);
@@ -120,8 +138,9 @@ Result<std::vector<VariantSpec>> variant_set(const std::string& name) {
     for (int d : dims)
       for (Mask m : {Mask::none, Mask::causal})
         for (bool g : gqa) {
-          auto spec = make_spec(dt, d, d, m, {{"gqa", g}}, 0, "", "", "--set " + name);
+          auto spec = make_spec(dt, d, d, m, {{"gqa", g}, {"write_lse", lse}}, 0, "", "", "--set " + name);
           if (!spec.ok()) return std::move(spec).error();
+          spec->passes = passes;
           out.push_back(std::move(spec).value());
         }
   return out;

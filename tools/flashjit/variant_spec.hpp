@@ -13,18 +13,24 @@
 #include <string>
 #include <vector>
 
+#include "flashjit/catalog.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 
 namespace flashjit::tools {
 
 struct VariantSpec {
-  Semantics semantics;
-  std::string family;  // empty: every family that serves the semantics on an arch
-  std::string tiling;  // empty: each family's default; else a tiling of `family` (or of the
-                       // arch's first family), e.g. "m128n64w4s2"
-  std::string origin;  // where it came from, for messages: "--set prefill", "v.json[2]"
+  Semantics semantics;  // the forward call's; a backward kernel takes backward_semantics() of it
+  std::string family;   // empty: every family of the pass that serves the semantics on an arch
+  std::string tiling;   // empty: each family's default; else a tiling of `family` (or of the
+                        // arch's first family), e.g. "m128n64w4s2"
+  std::string origin;   // where it came from, for messages: "--set prefill", "v.json[2]"
+  // The passes whose kernels it asks for: the forward's for inference, both for training.
+  std::vector<Pass> passes{Pass::forward};
 };
+
+// forward, backward or both (warmup --pass).
+Result<std::vector<Pass>> parse_passes(const std::string& text, const std::string& option);
 
 struct DTypeChoice {
   DType dtype = DType::f16;
@@ -43,7 +49,7 @@ int widest_vec(DType dtype, int head_dim_qk, int head_dim_v);
 // write_lse (its established spelling).
 std::string bool_field_flag(const SemanticsField& field);
 
-// Named sets for --set.
+// Named sets for --set. Each asks for its own passes: the training set for forward and backward.
 struct VariantSet {
   const char* name;
   const char* description;

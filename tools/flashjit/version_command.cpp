@@ -17,15 +17,18 @@ struct VersionOptions {
 int run(Context& ctx, const VersionOptions& o) {
   const std::string number = library_version();
   auto nvrtc = nvrtc_info();
-  std::string families;
-  for (const auto& f : kernel_family_names()) families += (families.empty() ? "" : ", ") + f;
+  std::string families, backward_families;
+  for (const auto& f : kernel_family_names(Pass::forward)) families += (families.empty() ? "" : ", ") + f;
+  for (const auto& f : kernel_family_names(Pass::backward))
+    backward_families += (backward_families.empty() ? "" : ", ") + f;
   const std::string templates = templates_hash();
   const int format = engine_format_version();
   if (o.json) {
     nlohmann::json nv = nvrtc.ok() ? nlohmann::json{{"version", nvrtc->version}, {"path", nvrtc->path}}
                                    : nlohmann::json{{"error", nvrtc.error().to_string()}};
     ctx.out << nlohmann::json{{"version", number}, {"nvrtc", nv}, {"engine_format", format},
-                              {"templates_hash", templates}, {"kernel_families", families}}
+                              {"templates_hash", templates}, {"kernel_families", families},
+                              {"backward_kernel_families", backward_families}}
                    .dump(2)
             << "\n";
   } else {
@@ -33,6 +36,7 @@ int run(Context& ctx, const VersionOptions& o) {
     if (nvrtc.ok()) ctx.out << "NVRTC " << nvrtc->version << " (" << nvrtc->path << ")\n";
     else ctx.out << "NVRTC: not available (" << nvrtc.error().message() << ")\n";
     ctx.out << "kernel families: " << families << "\n"
+            << "backward kernel families: " << backward_families << "\n"
             << "engine format " << format << ", templates " << templates << "\n";
   }
   return nvrtc.ok() ? kExitOk : kExitFailed;

@@ -1,5 +1,6 @@
 // `flashjit warmup`: compiles kernel variants for named archs into the disk cache, without a
-// GPU, so that processes on those GPUs load kernels instead of compiling them.
+// GPU, so that processes on those GPUs load kernels instead of compiling them: the forward's,
+// and with --pass the backward's, whose entries Engine::backward() reads the same way.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ constexpr const char* kCommand = "warmup";
 struct WarmupOptions {
   std::vector<std::string> archs;
   std::vector<std::string> sets;
+  std::string pass;  // empty: each spec's own passes (a set's; forward for flags and files)
   VariantFlags flags;
   std::string variants_file;
   bool all_tilings = false;
@@ -82,6 +84,11 @@ Result<std::vector<VariantSpec>> collect_specs(const WarmupOptions& o) {
     return Error(Code::invalid_argument,
                  "nothing to compile: name variants with --set NAME, with flags (--dtype f16 --head-dim 128 ...), "
                  "or with --variants FILE.json");
+  if (!o.pass.empty()) {
+    auto passes = parse_passes(o.pass, "--pass");
+    if (!passes.ok()) return std::move(passes).error();
+    for (auto& s : specs) s.passes = passes.value();
+  }
   return specs;
 }
 
@@ -100,8 +107,17 @@ Status confirm_in_cache(const cache::DiskCache& disk, const WarmupJob& job, cons
 }
 
 nlohmann::json job_json(const WarmupJob& j) {
-  return {{"name", j.variant.name()}, {"arch", j.arch.name()}, {"family", j.variant.family},
+  return {{"name", j.variant.name()}, {"arch", j.arch.name()}, {"pass", pass_name(j.pass)}, {"family", j.variant.family},
           {"semantics", j.variant.semantics.name()}, {"tiling", j.variant.tiling.name()}};
+}
+
+// "12 kernels", "4 backward kernels", or "12 kernels (8 forward, 4 backward)": the backward's
+// are named where there are any.
+std::string kernel_count(const std::vector<WarmupJob>& jobs) {
+  const auto n = std::size_t(std::count_if(jobs.begin(), jobs.end(), [](const WarmupJob& j) { return j.pass == Pass::backward; }));
+  if (n == 0) return plural(jobs.size(), "kernel");
+  if (n == jobs.size()) return plural(n, "backward kernel");
+  return plural(jobs.size(), "kernel") + " (" + std::to_string(jobs.size() - n) + " forward, " + std::to_string(n) + " backward)";
 }
 
 int dry_run(Context& ctx, const WarmupOptions& o, const std::vector<WarmupJob>& jobs) {
@@ -111,7 +127,7 @@ int dry_run(Context& ctx, const WarmupOptions& o, const std::vector<WarmupJob>& 
     ctx.out << nlohmann::json{{"dry_run", true}, {"variants", list}}.dump(2) << "\n";
   } else {
     for (const auto& j : jobs) ctx.out << job_label(j) << "\n";
-    ctx.out << plural(jobs.size(), "kernel") << " would be compiled (dry run: nothing was compiled or written)\n";
+    ctx.out << kernel_count(jobs) << " would be compiled (dry run: nothing was compiled or written)\n";
   }
   return kExitOk;
 }
@@ -197,7 +213,7 @@ int run(Context& ctx, const WarmupOptions& o) {
   std::string arch_list;
   for (const auto& a : archs.value()) arch_list += (arch_list.empty() ? "" : ", ") + a.name();
   const int threads = std::max(1, std::min<int>(o.threads, int(jobs->size())));
-  ctx.err << "flashjit warmup: " << plural(jobs->size(), "kernel") << " for " << arch_list << " into " << disk->root() << " on "
+  ctx.err << "flashjit warmup: " << kernel_count(jobs.value()) << " for " << arch_list << " into " << disk->root() << " on "
           << threads << (threads == 1 ? " thread\n" : " threads\n");
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -255,6 +271,11 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
       ->delimiter(',')
       ->type_name("ARCH");
   sub->add_option("--set", o->sets, sets_help())->delimiter(',')->type_name("NAME");
+  sub->add_option("--pass", o->pass,
+                  "Which passes' kernels: forward, backward (what Engine::backward and flashjit_backward_v1 run) or "
+                  "both; for every variant named (default: forward, except --set training's, which are both)")
+      ->check(one_of({"forward", "backward", "both"}))
+      ->type_name("PASS");
   auto* g = sub->add_option_group("explicit variant", "One variant (or a cross product) given by flags");
   add_variant_flags(g, o->flags);
   sub->add_option("--variants", o->variants_file,
@@ -272,6 +293,8 @@ void add_warmup_command(CLI::App& app, Context& ctx) {
   sub->add_flag("--dry-run", o->dry_run, "List the kernels that would be compiled; compile and write nothing");
   sub->add_flag("--verbose", o->verbose, "Show the engine's and the disk cache's log lines");
   sub->footer("Example: flashjit warmup --arch sm_80,sm_90a --set prefill --all-tilings\n"
+              "Training: flashjit warmup --arch sm_80,sm_90a --set training (forward with the LSE, and backward), or\n"
+              "          flashjit warmup --arch sm_90a --pass both --dtype bf16 --head-dim 128 --mask causal --lse\n"
               "Exit code 1 if any kernel failed (each failure is printed with its NVRTC log), 2 for a bad "
               "command line (then nothing is compiled or written).");
   on_parsed(sub, ctx, [&ctx, o] { return run(ctx, *o); });

@@ -2,9 +2,11 @@
 // built, what keys its compiled binary in the disk cache, and the versions in play. Every call
 // works without an Engine or a GPU, for what offline work needs: warming a fleet's cache for
 // named archs, benchmarking each tiling of a family, telling whether a shipped bundle will hit.
+// Forward and backward families alike: a call that lists families takes the pass it lists.
 // flashjit.hpp includes this header.
 //
 //   auto families = flashjit::families_serving(arch, semantics);    // an error says why none
+//   // (families_serving(arch, semantics, flashjit::Pass::backward) for the backward's)
 //   for (const std::string& family : families.value()) {
 //     auto tilings = flashjit::candidate_tilings(family, arch, semantics);
 //     for (const flashjit::Tiling& tiling : tilings.value()) engine->compile({family, semantics, tiling}, arch.name());
@@ -23,18 +25,35 @@ struct AttentionArgs;  // flashjit.hpp
 
 // ---- Families and their tilings -------------------------------------------------------------
 
-// The names of every kernel family, in the priority order the engine tries them.
-std::vector<std::string> kernel_family_names();
+// Which pass of attention a family's kernels compute. Engine::forward() runs forward families
+// only and Engine::backward() backward ones; a backward variant is keyed apart by its family's
+// name (both passes share the forward's result-changing semantics, with write_lse off in the
+// backward's, which reads the LSE rather than writing it).
+enum class Pass { forward, backward };
+const char* pass_name(Pass pass);  // "forward", "backward"
 
-// The families that serve `semantics` on `arch` for some problem shape, in priority order: what
-// ahead-of-time warmup compiles (the engine picks among them per call, by shape). Never empty:
-// when none serves, an `unsupported` error gives each family's reason (also for an arch older
-// than every family's); semantics that break Semantics::check() are `invalid_argument`.
-Result<std::vector<std::string>> families_serving(const Arch& arch, const Semantics& semantics);
+// The semantics a backward call's variant has, given its forward call's: the same, with
+// write_lse off (the backward reads the LSE, so its variant is not named for writing it). What
+// families_serving(..., Pass::backward) and the tilings are asked with to warm a training job.
+Semantics backward_semantics(const Semantics& forward);
 
-// Every tiling `family` may pick by default for `semantics` on `arch` (one per class of shapes),
-// without tuning: warming these makes every untuned call a cache hit. An error names an unknown
-// family or says why the family refuses (arch, semantics).
+// The names of every kernel family of `pass`, in the priority order the engine tries them.
+std::vector<std::string> kernel_family_names(Pass pass = Pass::forward);
+
+// The pass a family computes; an `invalid_argument` error for an unknown name.
+Result<Pass> family_pass(const std::string& family);
+
+// The families of `pass` that serve `semantics` on `arch` for some problem shape, in priority
+// order: what ahead-of-time warmup compiles (the engine picks among them per call, by shape).
+// Never empty: when none serves, an `unsupported` error gives each family's reason (also for an
+// arch older than every family's); semantics that break Semantics::check() are
+// `invalid_argument`. A backward call's semantics are its forward's with write_lse off.
+Result<std::vector<std::string>> families_serving(const Arch& arch, const Semantics& semantics,
+                                                  Pass pass = Pass::forward);
+
+// Every tiling `family` (of either pass) may pick by default for `semantics` on `arch` (one per
+// class of shapes), without tuning: warming these makes every untuned call a cache hit. An error
+// names an unknown family or says why the family refuses (arch, semantics).
 Result<std::vector<Tiling>> default_tilings(const std::string& family, const Arch& arch, const Semantics& semantics);
 
 // Every tiling of `family` worth timing for `semantics` on `arch`: structurally valid and within
@@ -49,8 +68,8 @@ Result<std::vector<Tiling>> candidate_tilings(const std::string& family, const A
 Result<KernelVariant> family_variant(const std::string& family, const AttentionArgs& args, const Arch& arch);
 
 // A family's tiling from its readable name: parse_tiling("fa2_sm80", "m128n64w4s2"). With an empty
-// family, the family whose knob letters the text spells (each family's are its own). A refusal
-// quotes the text and shows the form that family's tilings take.
+// family, the family of either pass whose knob letters the text spells (each family's are its
+// own). A refusal quotes the text and shows the form that family's tilings take.
 Result<Tiling> parse_tiling(const std::string& family, const std::string& text);
 
 // The block of the score matrix one CTA of a tiling computes at a time: `rows` query rows against
