@@ -5,6 +5,7 @@ Also flashjit's semantics in float64 on any device (`reference_attention`): the 
 and, registered as a CPU kernel of torch.ops.flashjit.attention (`cpu_reference_kernel`) or passed
 as the SDPA backend's launcher, the stand-in for the GPU kernel that lets the CPU tests run the
 integrations' own code end to end against PyTorch's and transformers' own attention."""
+import contextlib
 import math
 import os
 import tempfile
@@ -171,18 +172,31 @@ def reference_backward_launcher():
     return reference_backward_launch
 
 
-@pytest.fixture
-def cpu_route(reference_launcher, reference_backward_launcher):
-    """flashjit.sdpa active for the CPU dispatch key, the references standing in for the kernels
-    (forward and backward); removed afterwards, with any backward route it left behind."""
+@contextlib.contextmanager
+def sdpa_route_on_cpu(launcher, backward_launcher):
+    """flashjit.sdpa active for the CPU dispatch key, `launcher` and `backward_launcher` standing in
+    for the kernels; removed afterwards, with any backward route it left behind."""
     import warnings
     from flashjit import sdpa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the dispatcher warns that a kernel is overridden
-        activation = sdpa.Activation("cpu", reference_launcher, reference_backward_launcher)
+        activation = sdpa.Activation("cpu", launcher, backward_launcher)
     yield activation
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         activation.remove()
     while sdpa._lingering_backward_routes:
         sdpa._lingering_backward_routes.pop()._destroy()
+
+
+@pytest.fixture
+def cpu_route(reference_launcher, reference_backward_launcher):
+    """sdpa_route_on_cpu with the references (forward and backward) standing in for the kernels."""
+    with sdpa_route_on_cpu(reference_launcher, reference_backward_launcher) as activation:
+        yield activation
+
+
+@pytest.fixture
+def sdpa_route():
+    """sdpa_route_on_cpu, for a test module's own routes."""
+    return sdpa_route_on_cpu

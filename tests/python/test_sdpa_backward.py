@@ -121,17 +121,10 @@ def with_kv_heads_expanded(launch_backward):
 
 
 @pytest.fixture
-def gqa_route(reference_launcher, reference_backward_launcher):
+def gqa_route(sdpa_route, reference_launcher, reference_backward_launcher):
     """conftest's cpu_route with the backward reference taking GQA (with_kv_heads_expanded)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation = sdpa.Activation("cpu", reference_launcher, with_kv_heads_expanded(reference_backward_launcher))
-    yield activation
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation.remove()
-    while sdpa._lingering_backward_routes:
-        sdpa._lingering_backward_routes.pop()._destroy()
+    with sdpa_route(reference_launcher, with_kv_heads_expanded(reference_backward_launcher)) as activation:
+        yield activation
 
 
 @pytest.mark.parametrize("kv_heads", [2, 1])
