@@ -123,6 +123,8 @@ def flops(b, h, s, d, mode):
 
 def main():
     args = parse()
+    # torchrun's process group and the one-dimensional mesh, as examples/context_parallel.py sets them
+    # up: written out in both, since the example is meant to be read (and copied) as one file.
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))

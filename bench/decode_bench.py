@@ -14,8 +14,6 @@ CUDA events, warm-up, median; every cache is larger than L2; random normal input
     python3 bench/decode_bench.py --lib build/libflashjit.so --json out.json --md out.md
 """
 import argparse
-import datetime
-import json
 import os
 import sys
 
@@ -26,6 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fj  # noqa: E402
+import results  # noqa: E402
 import timing  # noqa: E402
 
 WARMUP, REPS = 10, 50
@@ -168,14 +167,8 @@ def main():
         res["paged"] = paged(lib)
     if "queries" in parts:
         res["queries"] = queries(lib)
-    meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("FLASHJIT_COMMIT", "unknown"), "torch": torch.__version__,
-            "flashjit": lib.flashjit_version().decode()}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, **res}, f, indent=1)
-    if a.md:
-        write_md(a.md, meta, res)
+    meta = results.run_meta(lib)
+    results.write_results(a.json, a.md, meta, res, write_md)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ the grid's shapes, larger than L2).
 """
 import argparse
 import ctypes
-import datetime
-import json
 import math
 import os
 import re
@@ -32,6 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flashjit_ctypes as fj  # noqa: E402
+import results  # noqa: E402
 import timing  # noqa: E402
 
 WARMUP, REPS = 5, 25
@@ -238,15 +237,8 @@ def main():
         res["window"] = window(lib, dtypes)
     if "varlen" in parts:
         res["varlen"] = varlen(lib, dtypes)
-    meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
-            "commit": os.environ.get("FLASHJIT_COMMIT", "unknown"), "parent_commit": a.parent_commit,
-            "torch": torch.__version__, "flashjit": lib.flashjit_version().decode(),
-            "parent_abi": parent.abi if parent else None}
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"meta": meta, **res}, f, indent=1)
-    if a.md:
-        write_md(a.md, meta, res)
+    meta = results.run_meta(lib, parent_commit=a.parent_commit, parent_abi=parent.abi if parent else None)
+    results.write_results(a.json, a.md, meta, res, write_md)
 
 
 if __name__ == "__main__":

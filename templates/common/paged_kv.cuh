@@ -62,6 +62,7 @@ FJ_DEVICE void load_paged_tile_async(Elem* smem, const void* pool, const long lo
   constexpr int kChunks = kCols / kVec;
   constexpr int kTotal = kRows * kChunks;
   const Elem* base = static_cast<const Elem*>(pool) + kv_head * st[2];
+  // load_tile_async's access loop, written out here too (tile_io.cuh's head says why).
 #pragma unroll
   for (int it = 0; it < pages.kIters; ++it) {
     const int i = it * kThreads + tid;

@@ -1,6 +1,9 @@
 // Copies between a [rows x cols] tile of a strided global view and a padded shared tile.
 // kVec elements move per access; the host picks the widest kVec that every pointer and stride
 // allows, and kVec == 1 also honours a non-unit stride along the head dim.
+// The unrolled access loop (i = it * kThreads + tid, the early break) is written out in each copy
+// here and in paged_kv.cuh on purpose: behind a helper taking the body as a lambda, ptxas allocated
+// and scheduled registers differently in some kernels (bwd store_tile, paged decode at kVec 1).
 #pragma once
 
 #include "common/ptx.cuh"
@@ -27,6 +30,19 @@ FJ_DEVICE void copy_chunk_async(Elem* dst, const Elem* src, bool inside) {
   } else {
     *dst = inside ? *src : Elem(0);
   }
+}
+
+// Access i of load_tile_async's copies that walk accesses (kChunks a row): row i / kChunks, columns
+// from (i % kChunks) * kVec.
+template <typename Elem, int kChunks, int kSmemStride, int kVec>
+FJ_DEVICE void load_access_async(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride,
+                                 int rows_valid, int i) {
+  const int r = i / kChunks;
+  const int c = (i % kChunks) * kVec;
+  const bool inside = r < rows_valid;
+  Elem* dst = smem + r * kSmemStride + c;
+  const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
+  copy_chunk_async<Elem, kVec>(dst, src, inside);
 }
 
 // Starts asynchronous loads of rows [0, rows_valid) into smem; rows past rows_valid become
@@ -58,12 +74,7 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
     for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
       const int i = it * kThreads + tid;
       if (kTotal % kThreads != 0 && i >= kTotal) break;
-      const int r = i / kChunks;
-      const int c = (i % kChunks) * kVec;
-      const bool inside = r < rows_valid;
-      Elem* dst = smem + r * kSmemStride + c;
-      const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
-      copy_chunk_async<Elem, kVec>(dst, src, inside);
+      load_access_async<Elem, kChunks, kSmemStride, kVec>(smem, gmem, row_stride, col_stride, rows_valid, i);
     }
   }
 }
@@ -80,12 +91,7 @@ FJ_DEVICE void load_tile_async_rolled(Elem* smem, const Elem* gmem, long long ro
   constexpr int kChunks = kCols / kVec;
 #pragma unroll 1
   for (int i = tid; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * kVec;
-    const bool inside = r < rows_valid;
-    Elem* dst = smem + r * kSmemStride + c;
-    const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
-    copy_chunk_async<Elem, kVec>(dst, src, inside);
+    load_access_async<Elem, kChunks, kSmemStride, kVec>(smem, gmem, row_stride, col_stride, rows_valid, i);
   }
 }
 

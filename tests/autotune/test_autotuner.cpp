@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "autotune/tuning_store.hpp"
@@ -36,46 +37,45 @@ TuningKey key_for(std::int64_t seqlen) {
 
 const Tiling kBest = T(128, 64, 8, 3);  // FakeGpu's fastest working tiling
 
+// Puts a tuned result for key_for(4096) in the store at `root`: tuned on first use, timed on `gpu`.
+void store_tuned(const std::string& root, FakeGpu& gpu) {
+  Autotuner t = make_tuner(root, TuneMode::on_first_use);
+  REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
+}
+
+// How an autotuner's choose() calls were answered, to check in one line.
+std::string answers(const AutotunerStats& st) {
+  return "lookups " + std::to_string(st.lookups) + ", hits " + std::to_string(st.hits) + ", defaults " +
+         std::to_string(st.defaults) + ", tunes " + std::to_string(st.tunes);
+}
+
 }  // namespace
 
 TEST_CASE("autotuner: off returns the default and never measures or reads the store") {
   TempDir tmp;
   FakeGpu gpu;
   // A tuned result on disk that off mode must not use.
-  {
-    Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
-    REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
-  }
+  store_tuned(tmp / "root", gpu);
   const int calls = gpu.calls();
   Autotuner off = make_tuner(tmp / "root", TuneMode::off);
   CHECK_FALSE(off.has_store());
   for (int i = 0; i < 3; ++i)
     CHECK(off.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kDefault);
   CHECK(gpu.calls() == calls);
-  AutotunerStats st = off.stats();
-  CHECK(st.lookups == 3);
-  CHECK(st.defaults == 3);
-  CHECK(st.tunes == 0);
-  CHECK(st.hits == 0);
+  CHECK(answers(off.stats()) == "lookups 3, hits 0, defaults 3, tunes 0");
 }
 
 TEST_CASE("autotuner: known_default answers without candidates only when choose() would ignore them") {
   TempDir tmp;
   FakeGpu gpu;
-  {
-    Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
-    REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
-  }
+  store_tuned(tmp / "root", gpu);
   Autotuner off = make_tuner(tmp / "root", TuneMode::off);
   CHECK(off.known_default(key_for(4096), kDefault) == kDefault);  // off: even a stored key
   Autotuner offline = make_tuner(tmp / "root", TuneMode::offline_only);
   CHECK(offline.known_default(key_for(64), kDefault) == kDefault);        // nothing stored
   CHECK_FALSE(offline.known_default(key_for(4096), kDefault).has_value());  // stored: needs the candidate set
   CHECK(offline.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
-  AutotunerStats st = offline.stats();
-  CHECK(st.lookups == 2);
-  CHECK(st.defaults == 1);
-  CHECK(st.hits == 1);
+  CHECK(answers(offline.stats()) == "lookups 2, hits 1, defaults 1, tunes 0");
   // On first use a key with nothing stored is tuned: the candidates are needed.
   Autotuner first_use = make_tuner(tmp / "other", TuneMode::on_first_use);
   CHECK_FALSE(first_use.known_default(key_for(64), kDefault).has_value());
@@ -90,10 +90,7 @@ TEST_CASE("autotuner: off mode creates nothing on disk") {
 TEST_CASE("autotuner: offline_only uses stored results, else the default, and never measures") {
   TempDir tmp;
   FakeGpu gpu;
-  {
-    Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
-    REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
-  }
+  store_tuned(tmp / "root", gpu);
   FakeGpu fresh;
   Autotuner offline = make_tuner(tmp / "root", TuneMode::offline_only);
   CHECK(offline.has_store());
@@ -102,11 +99,7 @@ TEST_CASE("autotuner: offline_only uses stored results, else the default, and ne
     CHECK(offline.choose(key_for(64), sample_candidates(), kDefault, fresh.measure(), {}).value() == kDefault);
   }
   CHECK(fresh.calls() == 0);
-  AutotunerStats st = offline.stats();
-  CHECK(st.lookups == 6);
-  CHECK(st.hits == 3);
-  CHECK(st.defaults == 3);
-  CHECK(st.tunes == 0);
+  CHECK(answers(offline.stats()) == "lookups 6, hits 3, defaults 3, tunes 0");
 }
 
 TEST_CASE("autotuner: on_first_use tunes a key once, then answers from memory and from the store") {
@@ -120,12 +113,8 @@ TEST_CASE("autotuner: on_first_use tunes a key once, then answers from memory an
   // Another bucket is another tuning.
   CHECK(t.choose(key_for(128), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
   CHECK(gpu.calls() == 12);
-  AutotunerStats st = t.stats();
-  CHECK(st.lookups == 6);
-  CHECK(st.tunes == 2);
-  CHECK(st.hits == 4);
-  CHECK(st.defaults == 0);
-  CHECK(st.tune_seconds >= 0);
+  CHECK(answers(t.stats()) == "lookups 6, hits 4, defaults 0, tunes 2");
+  CHECK(t.stats().tune_seconds >= 0);
   CHECK(log.contains("tuning fa2_sm80/f16-dqk128-dv128-causal-vec8/sq4096/sk4096/bh32"));
 
   // A new process (a new Autotuner) finds it in the store.
@@ -245,10 +234,7 @@ TEST_CASE("autotuner: a stale stored result is tuned again") {
 TEST_CASE("autotuner: a stored tiling that is not a candidate is never returned") {
   TempDir tmp;
   FakeGpu gpu;
-  {
-    Autotuner t = make_tuner(tmp / "root", TuneMode::on_first_use);
-    REQUIRE(t.choose(key_for(4096), sample_candidates(), kDefault, gpu.measure(), {}).value() == kBest);
-  }
+  store_tuned(tmp / "root", gpu);
   // Hand-edit the store: same candidate-set hash, a tiling outside the set.
   auto store = TuningStore::open(tmp / "root", kDevice, "sm_90a", "12.4", "12040", [](const std::string&) {}, test_knobs);
   REQUIRE(store.ok());

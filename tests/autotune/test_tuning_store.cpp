@@ -170,11 +170,7 @@ TEST_CASE("tuning_store: processes with different versions keep each other's rec
 TEST_CASE("tuning_store: a corrupt file is logged, moved aside and treated as empty") {
   TempDir tmp;
   const std::string root = tmp / "root";
-  std::string path;
-  {
-    TuningStore s = open_store(root);
-    path = s.path();
-  }
+  const std::string path = open_store(root).path();
   for (const std::string& junk : {std::string("{\"format\": \"flashjit-tuning\", \"format_ver"), std::string("[1,2,3]"),
                                   std::string("{\"hello\": 1}"), std::string("\x00\xff garbage", 10)}) {
     CAPTURE(junk);
@@ -290,11 +286,7 @@ TEST_CASE("tuning_store: a bad record is skipped, the others kept") {
 TEST_CASE("tuning_store: a file of a newer format is never overwritten") {
   TempDir tmp;
   const std::string root = tmp / "root";
-  std::string path;
-  {
-    TuningStore s = open_store(root);
-    path = s.path();
-  }
+  const std::string path = open_store(root).path();
   const std::string future = R"({"format": "flashjit-tuning", "format_version": 99, "shiny": true})";
   write_file(path, future);
   LogSink log;
@@ -310,11 +302,7 @@ TEST_CASE("tuning_store: a file of a newer format is never overwritten") {
 TEST_CASE("tuning_store: a file of the previous format is set aside, never misread") {
   TempDir tmp;
   const std::string root = tmp / "root";
-  std::string path;
-  {
-    TuningStore s = open_store(root);
-    path = s.path();
-  }
+  const std::string path = open_store(root).path();
   // What flashjit 0.1 wrote: format 1, semantics named the old way, the same tiling fields.
   const std::string old = R"({"format": "flashjit-tuning", "format_version": 1, "device_name": ")" + std::string(kDevice) +
                           R"(", "arch": "sm_90a", "nvrtc_version": "12.4", "driver_version": "12040", "records": {

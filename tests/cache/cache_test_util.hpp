@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <optional>
@@ -56,6 +57,25 @@ inline PrivateDir private_dir(const std::string& path) {
 
 inline EntryKey make_key(const std::string& name, const std::string& arch = "sm_90a") {
   return EntryKey{arch, name, hash_hex("content of " + arch + "/" + name)};
+}
+
+// Forks `child` as a process that opens a cache at `root` and builds `key`: holding the key's lock,
+// it tells the parent, then runs `while_building` (sleeps or stops: the parent kills it).
+template <class WhileBuilding>
+void start_building_child(ChildToKill& child, const std::string& root, const EntryKey& key,
+                          WhileBuilding while_building) {
+  child.start([&]() -> int {
+    Options o;
+    o.root = root;
+    auto cache = DiskCache::open(o);
+    if (!cache.ok()) ::_exit(3);
+    (void)cache->get_or_build(key, [&]() -> Result<std::string> {
+      child.tell_parent();
+      while_building();
+      return std::string("from child");
+    });
+    ::_exit(0);
+  });
 }
 
 inline std::string payload_for(const EntryKey& key, std::size_t size = 256) {

@@ -292,18 +292,7 @@ TEST_CASE("disk_cache: a builder killed with SIGKILL does not block the next one
   EntryKey key = make_key("slow");
   ChildToKill child;
   REQUIRE(child.pipe_ok());
-  child.start([&]() -> int {
-    Options o;
-    o.root = root;
-    auto cache = DiskCache::open(o);
-    if (!cache.ok()) ::_exit(3);
-    (void)cache->get_or_build(key, [&]() -> Result<std::string> {
-      child.tell_parent();
-      ::sleep(60);  // killed long before this ends
-      return std::string("from child");
-    });
-    ::_exit(0);
-  });
+  start_building_child(child, root, key, [] { ::sleep(60); });  // killed long before this ends
   REQUIRE(child.reached());  // the child holds the key's lock and is building
   CHECK(child.kill() == 128 + SIGKILL);
   child.close_pipe();

@@ -99,18 +99,7 @@ TEST_CASE("stale: a stopped lock holder is named while others wait, and the wait
   const EntryKey key = make_key("slow");
   ChildToKill child;
   REQUIRE(child.pipe_ok());
-  child.start([&]() -> int {
-    Options o;
-    o.root = root;
-    auto cache = DiskCache::open(o);
-    if (!cache.ok()) ::_exit(3);
-    (void)cache->get_or_build(key, [&]() -> Result<std::string> {
-      child.tell_parent();
-      ::raise(SIGSTOP);  // stopped, not killed: its flock stays held
-      return std::string("from child");
-    });
-    ::_exit(0);
-  });
+  start_building_child(child, root, key, [] { ::raise(SIGSTOP); });  // stopped, not killed: its flock stays held
   REQUIRE(child.reached());
 
   LogSink log;

@@ -17,10 +17,18 @@ using namespace flashjit::cache;
 using namespace flashjit::cache::test;
 using namespace std::chrono_literals;
 
-TEST_CASE("file_lock: excludes other threads of the same process") {
+namespace {
+
+// A private temp folder and the name (and path) of the lock file the tests take in it.
+struct LockDir {
   TempDir tmp;
   const PrivateDir dir = private_dir(tmp.path());
   const std::string name = "k.lock", path = tmp / name;
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(LockDir, "file_lock: excludes other threads of the same process") {
   std::atomic<int> inside{0};
   std::atomic<int> max_inside{0};
   std::atomic<int> failures{0};
@@ -46,10 +54,7 @@ TEST_CASE("file_lock: excludes other threads of the same process") {
   CHECK(max_inside == 1);
 }
 
-TEST_CASE("file_lock: try_acquire and acquire_for report a held lock") {
-  TempDir tmp;
-  const PrivateDir dir = private_dir(tmp.path());
-  const std::string name = "k.lock", path = tmp / name;
+TEST_CASE_FIXTURE(LockDir, "file_lock: try_acquire and acquire_for report a held lock") {
   auto held = FileLock::acquire(dir, name);
   REQUIRE(held.ok());
   CHECK(held->held());
@@ -67,10 +72,7 @@ TEST_CASE("file_lock: try_acquire and acquire_for report a held lock") {
   CHECK(again->has_value());
 }
 
-TEST_CASE("file_lock: a SIGKILLed holder leaves no stale lock") {
-  TempDir tmp;
-  const PrivateDir dir = private_dir(tmp.path());
-  const std::string name = "k.lock", path = tmp / name;
+TEST_CASE_FIXTURE(LockDir, "file_lock: a SIGKILLed holder leaves no stale lock") {
   ChildToKill child;
   REQUIRE(child.pipe_ok());
   child.start([&]() -> int {
@@ -91,10 +93,7 @@ TEST_CASE("file_lock: a SIGKILLed holder leaves no stale lock") {
   child.close_pipe();
 }
 
-TEST_CASE("file_lock: lock files are removed only when unheld, and waiters survive removal") {
-  TempDir tmp;
-  const PrivateDir dir = private_dir(tmp.path());
-  const std::string name = "k.lock", path = tmp / name;
+TEST_CASE_FIXTURE(LockDir, "file_lock: lock files are removed only when unheld, and waiters survive removal") {
   auto held = FileLock::acquire(dir, name);
   REQUIRE(held.ok());
   CHECK(remove_lock_file_if_unheld(dir, name).value() == false);
@@ -115,10 +114,7 @@ TEST_CASE("file_lock: lock files are removed only when unheld, and waiters survi
   CHECK(remove_lock_file_if_unheld(dir, name).value() == false);  // already gone
 }
 
-TEST_CASE("file_lock: removal during a wait forces the waiter onto the new file") {
-  TempDir tmp;
-  const PrivateDir dir = private_dir(tmp.path());
-  const std::string name = "k.lock", path = tmp / name;
+TEST_CASE_FIXTURE(LockDir, "file_lock: removal during a wait forces the waiter onto the new file") {
   auto first = FileLock::acquire(dir, name);
   REQUIRE(first.ok());
   std::atomic<bool> got{false};

@@ -5,6 +5,7 @@ Also flashjit's semantics in float64 on any device (`reference_attention`): the 
 and, registered as a CPU kernel of torch.ops.flashjit.attention (`cpu_reference_kernel`) or passed
 as the SDPA backend's launcher, the stand-in for the GPU kernel that lets the CPU tests run the
 integrations' own code end to end against PyTorch's and transformers' own attention."""
+import contextlib
 import math
 import os
 import tempfile
@@ -47,6 +48,22 @@ def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, kv_sta
     return rows, queries, keys, values
 
 
+def bottom_right_visible(len_q, len_k, causal=False, window_left=-1, window_right=-1, device=None):
+    """[len_q, len_k] bool: which keys each query sees, causal and windows aligned bottom right as
+    flashjit and FlashAttention do (query i's diagonal key is i + len_k - len_q); -1 is no limit."""
+    import torch
+    i = torch.arange(len_q, device=device)[:, None] + (len_k - len_q)
+    j = torch.arange(len_k, device=device)[None, :]
+    visible = torch.ones(len_q, len_k, dtype=torch.bool, device=device)
+    if causal:
+        visible &= j <= i
+    if window_left >= 0:
+        visible &= j >= i - window_left
+    if window_right >= 0:
+        visible &= j <= i + window_right
+    return visible
+
+
 def reference_attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                         block_table=None, alibi_slopes=None, sinks=None, softmax_scale=0.0, causal=False,
                         window_left=-1, window_right=-1, softcap=0.0, return_lse=False, check=False, kv_starts=None):
@@ -73,13 +90,7 @@ def reference_attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqle
         if alibi_slopes is not None:
             slopes = (alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]).double()
             s = s - slopes[:, None, None] * (i - j).abs()
-        visible = torch.ones(len_q, len_k, dtype=torch.bool, device=q.device)
-        if causal:
-            visible &= j <= i
-        if window_left >= 0:
-            visible &= j >= i - window_left
-        if window_right >= 0:
-            visible &= j <= i + window_right
+        visible = bottom_right_visible(len_q, len_k, causal, window_left, window_right, q.device)
         s = s.masked_fill(~visible, -math.inf)
         terms = s if sinks is None else torch.cat([s, sinks.double()[:, None, None].expand(hq, len_q, 1)], dim=-1)
         row_lse = torch.logsumexp(terms, dim=-1)  # [hq, len_q]
@@ -122,6 +133,12 @@ def reference():
 
 
 @pytest.fixture
+def bottom_right_mask():
+    """bottom_right_visible: the keys each query sees, as flashjit aligns causal and windows."""
+    return bottom_right_visible
+
+
+@pytest.fixture
 def reference_launcher():
     """reference_launch: flashjit.ops.launch's contract on the reference."""
     return reference_launch
@@ -138,15 +155,7 @@ def reference_backward_launch(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale
     qd, kd, vd, od, dod = (t.double() for t in (q, k, v, out, dout))
     len_q, len_k = q.shape[1], k.shape[1]
     s = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
-    i = torch.arange(len_q, device=q.device)[:, None] + (len_k - len_q)
-    j = torch.arange(len_k, device=q.device)[None, :]
-    visible = torch.ones(len_q, len_k, dtype=torch.bool, device=q.device)
-    if causal:
-        visible &= j <= i
-    if window_left >= 0:
-        visible &= j >= i - window_left
-    if window_right >= 0:
-        visible &= j <= i + window_right
+    visible = bottom_right_visible(len_q, len_k, causal, window_left, window_right, q.device)
     row_lse = lse.double().masked_fill(lse == -math.inf, math.inf)[..., None]
     p = torch.exp(s.masked_fill(~visible, -math.inf) - row_lse)
     dp = torch.einsum("bqhd,bkhd->bhqk", dod, vd)
@@ -163,18 +172,31 @@ def reference_backward_launcher():
     return reference_backward_launch
 
 
-@pytest.fixture
-def cpu_route(reference_launcher, reference_backward_launcher):
-    """flashjit.sdpa active for the CPU dispatch key, the references standing in for the kernels
-    (forward and backward); removed afterwards, with any backward route it left behind."""
+@contextlib.contextmanager
+def sdpa_route_on_cpu(launcher, backward_launcher):
+    """flashjit.sdpa active for the CPU dispatch key, `launcher` and `backward_launcher` standing in
+    for the kernels; removed afterwards, with any backward route it left behind."""
     import warnings
     from flashjit import sdpa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the dispatcher warns that a kernel is overridden
-        activation = sdpa.Activation("cpu", reference_launcher, reference_backward_launcher)
+        activation = sdpa.Activation("cpu", launcher, backward_launcher)
     yield activation
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         activation.remove()
     while sdpa._lingering_backward_routes:
         sdpa._lingering_backward_routes.pop()._destroy()
+
+
+@pytest.fixture
+def cpu_route(reference_launcher, reference_backward_launcher):
+    """sdpa_route_on_cpu with the references (forward and backward) standing in for the kernels."""
+    with sdpa_route_on_cpu(reference_launcher, reference_backward_launcher) as activation:
+        yield activation
+
+
+@pytest.fixture
+def sdpa_route():
+    """sdpa_route_on_cpu, for a test module's own routes."""
+    return sdpa_route_on_cpu

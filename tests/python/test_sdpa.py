@@ -159,21 +159,8 @@ def test_sdpa_flash_op_against_torch_math(cpu_route, layout, causal, heads_kv, s
             assert got == expected
 
 
-def bottom_right_mask(len_q, len_k, causal, left=-1, right=-1):
-    i = torch.arange(len_q)[:, None] + (len_k - len_q)
-    j = torch.arange(len_k)[None, :]
-    visible = torch.ones(len_q, len_k, dtype=torch.bool)
-    if causal:
-        visible &= j <= i
-    if left >= 0:
-        visible &= j >= i - left
-    if right >= 0:
-        visible &= j <= i + right
-    return visible
-
-
 @pytest.mark.parametrize("causal, window", [(False, (3, 1)), (True, (4, None)), (True, (None, None)), (False, (0, 0))])
-def test_flash_forward_windows_against_torch_math(cpu_route, causal, window):
+def test_flash_forward_windows_against_torch_math(cpu_route, bottom_right_mask, causal, window):
     q, k, v = torch.randn(2, 6, 4, 16), torch.randn(2, 11, 2, 16), torch.randn(2, 11, 2, 16)  # bottom right: Sk > Sq
     out, lse, rng, unused, debug = torch.ops.aten._flash_attention_forward(
         q, k, v, None, None, 6, 11, 0.0, causal, False, window_size_left=window[0], window_size_right=window[1])
@@ -183,7 +170,7 @@ def test_flash_forward_windows_against_torch_math(cpu_route, causal, window):
     assert lse.shape == (2, 4, 6) and rng.dtype == torch.uint64 and rng.shape == (2,) and debug.numel() == 0
 
 
-def test_flash_forward_varlen_and_seqused_k_against_torch_math(cpu_route):
+def test_flash_forward_varlen_and_seqused_k_against_torch_math(cpu_route, bottom_right_mask):
     lens_q, used_k = [3, 7, 5], [6, 4, 9]  # the keys: 6, 7 and 9 per sequence, seqused_k shortens the second
     cu_q = torch.tensor([0, 3, 10, 15], dtype=torch.int32)
     cu_k = torch.tensor([0, 6, 13, 22], dtype=torch.int32)

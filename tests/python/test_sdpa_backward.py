@@ -56,12 +56,8 @@ def test_sdpa_flash_gradients_against_torch_math(cpu_route, layout, causal, scal
         assert (got.shape, got.stride(), got.dtype) == (expected.shape, expected.stride(), expected.dtype)
 
 
-def bottom_right_mask(len_q, len_k):
-    return torch.ones(len_q, len_k, dtype=torch.bool).tril(len_k - len_q)
-
-
 @pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_backward_bottom_right_against_torch_math(cpu_route, causal):
+def test_flash_attention_backward_bottom_right_against_torch_math(cpu_route, bottom_right_mask, causal):
     """aten's _flash_attention_forward ([batch, seq, heads, dim]) aligns causal bottom right, as
     FlashAttention and flashjit do: the backward keeps it (len_k > len_q here)."""
     torch.manual_seed(1)
@@ -71,7 +67,7 @@ def test_flash_attention_backward_bottom_right_against_torch_math(cpu_route, cau
     out = torch.ops.aten._flash_attention_forward(q, k, v, None, None, 6, 11, 0.0, causal, False)[0]
     out.backward(dout)
     assert sdpa.routed_calls(FLASH_BWD) == before + 1
-    mask = bottom_right_mask(6, 11) if causal else None
+    mask = bottom_right_mask(6, 11, True) if causal else None
     want = math_grads(*(t.transpose(1, 2) for t in (q, k, v, dout)), attn_mask=mask)
     for got, w in zip((q.grad, k.grad, v.grad), want):
         torch.testing.assert_close(got.double(), w.transpose(1, 2), atol=1e-5, rtol=1e-5)
@@ -125,17 +121,10 @@ def with_kv_heads_expanded(launch_backward):
 
 
 @pytest.fixture
-def gqa_route(reference_launcher, reference_backward_launcher):
+def gqa_route(sdpa_route, reference_launcher, reference_backward_launcher):
     """conftest's cpu_route with the backward reference taking GQA (with_kv_heads_expanded)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation = sdpa.Activation("cpu", reference_launcher, with_kv_heads_expanded(reference_backward_launcher))
-    yield activation
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        activation.remove()
-    while sdpa._lingering_backward_routes:
-        sdpa._lingering_backward_routes.pop()._destroy()
+    with sdpa_route(reference_launcher, with_kv_heads_expanded(reference_backward_launcher)) as activation:
+        yield activation
 
 
 @pytest.mark.parametrize("kv_heads", [2, 1])
@@ -161,23 +150,9 @@ def test_gqa_gradients_against_torch_math(gqa_route, kv_heads, causal):
         assert (got.shape, got.stride(), got.dtype) == (expected.shape, expected.stride(), expected.dtype)
 
 
-def window_mask(len_q, len_k, causal, left, right):
-    """Bottom right, as flashjit and FlashAttention: query i's diagonal key is i + len_k - len_q."""
-    i = torch.arange(len_q)[:, None] + (len_k - len_q)
-    j = torch.arange(len_k)[None, :]
-    visible = torch.ones(len_q, len_k, dtype=torch.bool)
-    if causal:
-        visible &= j <= i
-    if left >= 0:
-        visible &= j >= i - left
-    if right >= 0:
-        visible &= j <= i + right
-    return visible
-
-
 @pytest.mark.parametrize("causal, window", [(False, (3, 1)), (True, (4, None)), (False, (0, 0))])
 @pytest.mark.parametrize("kv_heads", [3, 1])
-def test_a_window_reaches_the_backward_against_torch_math(gqa_route, causal, window, kv_heads):
+def test_a_window_reaches_the_backward_against_torch_math(gqa_route, bottom_right_mask, causal, window, kv_heads):
     """_flash_attention_forward's window_size_left/right (bottom right, len_k > len_q), alone or
     with causal, with as many key/value heads as query heads or one (MQA): the backward takes it."""
     torch.manual_seed(4)
@@ -189,7 +164,7 @@ def test_a_window_reaches_the_backward_against_torch_math(gqa_route, causal, win
     out.backward(dout)
     assert sdpa.routed_calls(FLASH_BWD) == before + 1
     left, right = (-1 if w is None else w for w in window)
-    mask = window_mask(6, 11, causal, left, right)
+    mask = bottom_right_mask(6, 11, causal, left, right)
     want = math_grads(*(t.transpose(1, 2) for t in (q, k, v, dout)), attn_mask=mask, enable_gqa=True)
     for got, w in zip((q.grad, k.grad, v.grad), want):
         torch.testing.assert_close(got.double(), w.transpose(1, 2), atol=1e-5, rtol=1e-5)

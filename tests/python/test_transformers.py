@@ -126,6 +126,16 @@ def assert_same_generation(ms, ids, mask, reference, **kwargs):
     assert torch.equal(got, want)
 
 
+def assert_same_logits_and_generation(config, reference, lengths):
+    """flashjit's model against `reference`'s, sharing weights, on a left-padded batch as wide as its
+    longest sequence: logits, then greedy generation. Returns the models."""
+    ms = models(config, [reference, NAME])
+    ids, mask = padded_batch(lengths, max(lengths))
+    assert_same_logits(ms, ids, mask, reference)
+    assert_same_generation(ms, ids, mask, reference)
+    return ms
+
+
 @pytest.mark.parametrize("lengths, left", [((12, 12), True), ((12, 7, 1), True), ((12, 5), False)])
 def test_llama_logits_match_sdpa(cpu_reference_kernel, lengths, left):
     ms = models(llama(), ["sdpa", NAME])
@@ -144,10 +154,7 @@ def test_sliding_window_logits_and_generation_match_sdpa(cpu_reference_kernel):
     config = transformers.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=1, sliding_window=5,
                                         max_position_embeddings=256)
-    ms = models(config, ["sdpa", NAME])
-    ids, mask = padded_batch((16, 9), 16)
-    assert_same_logits(ms, ids, mask, "sdpa")
-    assert_same_generation(ms, ids, mask, "sdpa")
+    assert_same_logits_and_generation(config, "sdpa", (16, 9))
 
 
 def test_softcap_and_alternating_windows_match_eager(cpu_reference_kernel):
@@ -155,10 +162,7 @@ def test_softcap_and_alternating_windows_match_eager(cpu_reference_kernel):
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
                                        attn_logit_softcapping=2.0, query_pre_attn_scalar=16,
                                        max_position_embeddings=256)
-    ms = models(config, ["eager", NAME])
-    ids, mask = padded_batch((12, 8), 12)
-    assert_same_logits(ms, ids, mask, "eager")
-    assert_same_generation(ms, ids, mask, "eager")
+    assert_same_logits_and_generation(config, "eager", (12, 8))
 
 
 def test_sinks_match_eager(cpu_reference_kernel):
@@ -166,11 +170,8 @@ def test_sinks_match_eager(cpu_reference_kernel):
                                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
                                        num_experts_per_tok=2, sliding_window=4,
                                        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256)
-    ms = models(config, ["eager", NAME])
-    assert ms[NAME].model.layers[0].self_attn.sinks.abs().sum() > 0  # the sinks are in play
-    ids, mask = padded_batch((10, 7), 10)
-    assert_same_logits(ms, ids, mask, "eager")
-    assert_same_generation(ms, ids, mask, "eager")
+    ms = assert_same_logits_and_generation(config, "eager", (10, 7))
+    assert ms[NAME].model.layers[0].self_attn.sinks.abs().sum() > 0  # the sinks were in play
 
 
 def test_what_flashjit_cannot_run_raises(cpu_reference_kernel):

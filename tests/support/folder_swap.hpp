@@ -1,6 +1,7 @@
 // The folder-swap race of issue 6 (defect 1), as test equipment: a thread that swaps two folders
 // with renameat2(RENAME_EXCHANGE) until stopped, a way to make a folder fail the private-folder
-// policy as an attacker's folder would, and a snapshot of a tree to show nothing was added to it.
+// policy as an attacker's folder would, the attacker's tree with a forged file, and snapshots of a
+// tree to show nothing was added to it.
 #pragma once
 
 #include <fcntl.h>
@@ -12,11 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "tests/support/test_support.hpp"
 
 namespace flashjit::test_support {
 
@@ -84,6 +88,35 @@ inline std::vector<std::string> tree_of(const std::string& dir) {
        it.increment(ec))
     out.push_back(it->path().string() + (it->is_regular_file() ? " " + std::to_string(it->file_size()) : "/"));
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Builds the attacker's folder `evil`: its sub-folders `subdirs` (each after its parent), a forged
+// file `file` under it holding `bytes` (ours, mode 0600), then every folder made foreign as
+// make_foreign does. False if a step failed.
+inline bool make_forged_tree(const std::string& evil, const std::vector<std::string>& subdirs, const std::string& file,
+                             const std::string& bytes) {
+  std::vector<std::string> dirs{evil};
+  for (const auto& d : subdirs) dirs.push_back(evil + "/" + d);
+  for (const auto& d : dirs)
+    if (::mkdir(d.c_str(), 0700) != 0) return false;
+  const std::string path = evil + "/" + file;
+  write_file(path, bytes);
+  if (::chmod(path.c_str(), 0600) != 0) return false;
+  for (const auto& d : dirs)
+    if (!make_foreign(d)) return false;
+  return true;
+}
+
+// What differs between two tree_of snapshots: " +path" for each path added, " -path" for each
+// removed (a file whose size changed is both); empty when nothing changed.
+inline std::string tree_changes(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  std::vector<std::string> added, removed;
+  std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(added));
+  std::set_difference(before.begin(), before.end(), after.begin(), after.end(), std::back_inserter(removed));
+  std::string out;
+  for (const auto& p : added) out += " +" + p;
+  for (const auto& p : removed) out += " -" + p;
   return out;
 }
 

@@ -18,6 +18,8 @@ import warnings
 import pytest
 import torch
 
+from tiny_block import PreNormBlock
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device runs this file)")
 
 if torch.cuda.is_available():
@@ -279,25 +281,16 @@ def test_sinks_gradients_match_float64(dtype, b, sq, sk, hq, hkv, d, causal):
     assert torch.equal(again[3], got[3])
 
 
-class Block(torch.nn.Module):
+class Block(PreNormBlock):
     def __init__(self, dim=256, heads=4, attention="flashjit"):
-        super().__init__()
-        self.heads, self.attention = heads, attention
-        self.norm = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.o = torch.nn.Linear(dim, dim)
-        self.mlp = torch.nn.Sequential(torch.nn.LayerNorm(dim), torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * dim, dim))
+        super().__init__(dim, heads)
+        self.attention = attention
 
-    def forward(self, x):
-        b, s, dim = x.shape
-        q, k, v = self.qkv(self.norm(x)).view(b, s, 3, self.heads, dim // self.heads).to(torch.bfloat16).unbind(2)
+    def attend(self, qkv):
+        q, k, v = qkv.unbind(2)
         if self.attention == "flashjit":
-            a = flash_attn_func(q, k, v, causal=True)
-        else:
-            a = sdpa(q, k, v, True)
-        x = x + self.o(a.reshape(b, s, dim).float())
-        return x + self.mlp(x)
+            return flash_attn_func(q, k, v, causal=True)
+        return sdpa(q, k, v, True)
 
 
 def test_torch_compile_fullgraph_training_step():

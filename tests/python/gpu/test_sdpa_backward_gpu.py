@@ -17,6 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tiny_block import PreNormBlock
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device runs this file)")
 
 if torch.cuda.is_available():
@@ -175,25 +177,15 @@ def test_deterministic_mode_is_refused_by_the_engine(flashjit_sdpa):
         torch.use_deterministic_algorithms(False)
 
 
-class Block(torch.nn.Module):
-    """Pre-norm attention + MLP, attention through F.scaled_dot_product_attention in bf16."""
+class Block(PreNormBlock):
+    """Attention through F.scaled_dot_product_attention."""
 
     def __init__(self, dim=128, heads=2):
-        super().__init__()
-        self.heads = heads
-        self.norm = torch.nn.LayerNorm(dim)
-        self.qkv = torch.nn.Linear(dim, 3 * dim)
-        self.o = torch.nn.Linear(dim, dim)
-        self.mlp = torch.nn.Sequential(torch.nn.LayerNorm(dim), torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * dim, dim))
+        super().__init__(dim, heads)
 
-    def forward(self, x):
-        b, s, dim = x.shape
-        qkv = self.qkv(self.norm(x)).view(b, s, 3, self.heads, dim // self.heads).to(torch.bfloat16)
+    def attend(self, qkv):
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x [batch, heads, seq, head_dim], the projection's memory
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.o(a.transpose(1, 2).reshape(b, s, dim).float())
-        return x + self.mlp(x)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
 
 def train(steps, with_flashjit, backend=None):
