@@ -8,7 +8,7 @@ function(flashjit_embed_templates out_cpp)
   set(i 0)
   foreach(path IN LISTS files)
     # Kernel sources by their path below templates/; a public header the kernels share with the
-    # host (flashjit/device_arrays.h) by its include path.
+    # host (flashjit/device_arrays.h, flashjit/scalars.h) by its include path.
     set(base "${PROJECT_SOURCE_DIR}/templates")
     string(FIND "${path}" "${PROJECT_SOURCE_DIR}/engine/include/" public_at)
     if(public_at EQUAL 0)

@@ -50,12 +50,22 @@ void fill_attention_params(const AttentionProblem& pr, FjAttentionParams& p) {
   p.group = s.heads_kv > 0 ? int(s.heads_q / s.heads_kv) : 1;
   p.window_left = pr.window_left;
   p.window_right = pr.window_right;
-  p.scale_log2 = float(double(pr.scale) * kLog2e);
-  if (pr.semantics.softcap) {
-    p.softcap_scale = float(double(pr.scale) / double(pr.softcap));
-    p.softcap_log2 = float(double(pr.softcap) * kLog2e);
+  const double scale = double(pr.scale), log2e = kLog2e;
+  p.scale_log2 = float(scale * log2e);
+  // The per-call scalars' members (flashjit/scalars.h), each filled from its row's expression in
+  // `value`, `scale` and `log2e`; not written where the semantic is off.
+#define FLASHJIT_SCALAR_PARAM(type, member, fill, why)                                          \
+  static_assert(sizeof(p.member) == 4, "a scalar's params member sits among the 4-byte fields"); \
+  p.member = type(fill);
+#define FJ_FILL_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) \
+  if (pr.semantics.field) {                                                               \
+    [[maybe_unused]] const double value = double(pr.field);                               \
+    FLASHJIT_SCALAR_EXPAND params                                                         \
   }
-  p.alibi_unit = float(pr.semantics.softcap ? kLog2e : 1.0 / double(pr.scale));
+  FLASHJIT_SCALAR_ROWS(FJ_FILL_SCALAR)
+#undef FJ_FILL_SCALAR
+#undef FLASHJIT_SCALAR_PARAM
+  p.alibi_unit = float(pr.semantics.softcap ? log2e : 1.0 / scale);
 }
 
 }  // namespace flashjit

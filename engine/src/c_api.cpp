@@ -9,6 +9,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "flashjit/flashjit.hpp"
 
@@ -93,6 +94,14 @@ flashjit::Status convert(const flashjit_attention_args* a, flashjit::AttentionAr
   return {};
 }
 
+// flashjit_attention_args_v2 is written out (its layout is the ABI); each per-call scalar of
+// flashjit/scalars.h must be a member of it, of the list's type (a new one is appended at its end).
+#define FJ_ABI_HAS_SCALAR(type, field, rule, constant, tag, typical, backward, params, why)                 \
+  static_assert(std::is_same_v<decltype(flashjit_attention_args_v2::field), type>,                         \
+                "flashjit_attention_args_v2." #field " must be a " #type " (flashjit/scalars.h)");
+FLASHJIT_SCALAR_ROWS(FJ_ABI_HAS_SCALAR)
+#undef FJ_ABI_HAS_SCALAR
+
 // The first published v2 struct ends at `paged`: a caller's struct_size is at least that.
 constexpr std::size_t kArgsV2MinSize = offsetof(flashjit_attention_args_v2, paged) + sizeof(const void*);
 // The backward's struct was published whole, in ABI version 5.
@@ -140,7 +149,11 @@ flashjit::Status convert(const flashjit_attention_args_v2* args, flashjit::Atten
   if (!read.ok()) return std::move(read).error();
   const flashjit_attention_args_v2& a = *read.value();
   FJ_TRY(convert_common({&a.q, &a.k, &a.v, &a.o}, a.lse, a.mask, a.fp32_math, a.softmax_scale, out));
-  if (a.softcap != 0.f) out.softcap = a.softcap;  // validation refuses negative and NaN
+  // The per-call scalars (flashjit/scalars.h): 0 is unset; validation refuses what breaks a rule.
+#define FJ_CONVERT_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) \
+  if (a.field != type(0)) out.field = a.field;
+  FLASHJIT_SCALAR_ROWS(FJ_CONVERT_SCALAR)
+#undef FJ_CONVERT_SCALAR
   if (a.varlen)
     out.varlen = Varlen{a.varlen->cu_seqlens_q, a.varlen->cu_seqlens_k, a.varlen->batch, a.varlen->max_seqlen_q,
                         a.varlen->max_seqlen_k};

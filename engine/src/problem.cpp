@@ -20,6 +20,14 @@ const char* kPoolDimNames[4] = {"pages", "page_size", "heads", "head_dim"};  // 
 
 Error bad(std::string msg) { return Error(Code::invalid_argument, std::move(msg)); }
 
+// The rules a per-call scalar may name (flashjit/scalars.h): a test and the words an error shows.
+struct ScalarRule {
+  bool (*holds)(double value);
+  const char* text;
+};
+bool is_finite_positive(double value) { return std::isfinite(value) && value > 0; }
+constexpr ScalarRule finite_positive{is_finite_positive, "finite and > 0"};
+
 // "k.shape[1] (seq)"; with paged, k and v are page pools: "k.shape[1] (page_size)".
 std::string dim(const char* tensor, int i, bool paged = false) {
   const bool pool = paged && (tensor[0] == 'k' || tensor[0] == 'v');
@@ -188,7 +196,8 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   float scale = 1.0f / std::sqrt(float(std::max<std::int64_t>(Dqk, 1)));
   if (a.softmax_scale) {
     scale = *a.softmax_scale;
-    if (!std::isfinite(scale) || scale <= 0.f) return bad("softmax_scale must be finite and > 0, got " + printable(scale));
+    if (!finite_positive.holds(scale))
+      return bad("softmax_scale must be " + std::string(finite_positive.text) + ", got " + printable(scale));
   }
   if (a.mask != Mask::none && a.mask != Mask::causal) return bad("mask must be none or causal");
   if (a.fp32_math != Fp32Math::exact && a.fp32_math != Fp32Math::tf32) return bad("fp32_math must be exact or tf32");
@@ -208,11 +217,15 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
     out.window_left = int(w.left < 0 ? span : std::min(w.left, span));
     out.window_right = causal ? 0 : int(w.right < 0 ? span : std::min(w.right, span));
   }
-  if (a.softcap) {
-    out.softcap = *a.softcap;
-    if (!std::isfinite(out.softcap) || out.softcap <= 0.f)
-      return bad("softcap must be finite and > 0, got " + printable(out.softcap));
+  // The per-call scalars (flashjit/scalars.h): each given one passes its rule.
+#define FJ_CHECK_SCALAR(type, field, rule, constant, tag, typical, backward, params, why)              \
+  if (a.field) {                                                                                     \
+    out.field = *a.field;                                                                            \
+    if (!rule.holds(out.field))                                                                      \
+      return bad(#field " must be " + std::string(rule.text) + ", got " + printable(out.field));     \
   }
+  FLASHJIT_SCALAR_ROWS(FJ_CHECK_SCALAR)
+#undef FJ_CHECK_SCALAR
   if (a.alibi) {
     if (a.alibi->batch_stride < 0)
       return bad("alibi.batch_stride must be >= 0, got " + std::to_string(a.alibi->batch_stride));
@@ -251,7 +264,9 @@ Result<AttentionProblem> validate_problem(const AttentionArgs& a) {
   s.write_lse = a.lse.has_value();
   s.varlen = a.varlen.has_value();
   s.window = window;
-  s.softcap = a.softcap.has_value();
+#define FJ_SCALAR_FLAG(type, field, rule, constant, tag, typical, backward, params, why) s.field = a.field.has_value();
+  FLASHJIT_SCALAR_ROWS(FJ_SCALAR_FLAG)
+#undef FJ_SCALAR_FLAG
   s.alibi = a.alibi.has_value();
 #define FJ_DEVICE_ARRAY_FLAG(elem, field, extent, constant, tag, why) s.field = a.field != nullptr;
   FLASHJIT_DEVICE_ARRAY_ROWS(FJ_DEVICE_ARRAY_FLAG)

@@ -22,7 +22,10 @@ struct AttentionProblem {
   // Effective window (semantics.window), clamped to the lengths so that row + offset + right
   // never overflows int32 in a kernel; causal makes right 0.
   int window_left = 0, window_right = 0;
-  float softcap = 0;    // semantics.softcap
+  // The per-call scalars' validated values (flashjit/scalars.h), each 0 where its semantic is off.
+#define FJ_PROBLEM_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) type field = 0;
+  FLASHJIT_SCALAR_ROWS(FJ_PROBLEM_SCALAR)
+#undef FJ_PROBLEM_SCALAR
   bool empty = false;   // zero-size: valid, nothing to launch
 
   // The caller's workspace for this call (null data: the engine's pool).

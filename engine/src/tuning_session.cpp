@@ -17,9 +17,9 @@ constexpr int kWarmupLaunches = 2;  // the first launch of a module pays lazy lo
 constexpr int kTimedLaunches = 7;   // median of 7: robust to one or two outliers
 constexpr int kMaxLocalBytes = 64;  // more spill than this never wins; skip timing it
 constexpr std::int64_t kRegistersPerSm = 65536;  // every arch from sm_80 to sm_90
-// Typical values of the run-time options when a bucket's variant has them.
+// Typical values of the run-time options when a bucket's variant has them (the per-call scalars'
+// are their rows' in flashjit/scalars.h).
 constexpr std::int64_t kRepresentativeWindow = 1024;  // Mistral's and Gemma's local layers use 1K-4K
-constexpr float kRepresentativeSoftcap = 50.f;       // Gemma 2's attention softcap
 constexpr float kRepresentativeAlibiSlope = 0.0625f; // 2^-4: the middle of ALiBi's geometric slopes
 
 // Fast reproducible uniform values in [-1, 1): random, never all zeros.
@@ -95,7 +95,10 @@ Result<std::unique_ptr<TuningSession>> TuningSession::create(const DriverLibrary
                       1, p.seqlen_q, p.seqlen_k};
   }
   if (sem.window) a.window = Window{kRepresentativeWindow, sem.mask == Mask::causal ? 0 : kRepresentativeWindow};
-  if (sem.softcap) a.softcap = kRepresentativeSoftcap;
+#define FJ_TYPICAL_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) \
+  if (sem.field) a.field = typical;  // the row's typical value (flashjit/scalars.h)
+  FLASHJIT_SCALAR_ROWS(FJ_TYPICAL_SCALAR)
+#undef FJ_TYPICAL_SCALAR
   if (sem.alibi) {
     auto slopes = floats(std::size_t(p.heads_q), kRepresentativeAlibiSlope);
     if (!slopes.ok()) return std::move(slopes).error();

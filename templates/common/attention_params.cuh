@@ -6,6 +6,7 @@
 #pragma once
 
 #include "flashjit/device_arrays.h"
+#include "flashjit/scalars.h"
 
 struct FjAttentionParams {
   const void* q;
@@ -45,7 +46,12 @@ struct FjAttentionParams {
   int window_left;   // window: keys before the diagonal a row sees, clamped to the lengths
   int window_right;  // keys after it (0 with causal), clamped likewise
   float scale_log2;  // softmax scale * log2(e): softmax runs on exp2
-  float softcap_scale;  // softcap: scale / cap, applied before tanh
-  float softcap_log2;   // softcap: cap * log2(e); scores leave the softcap in log2 units
+  // The per-call scalars' members (flashjit/scalars.h): softcap_scale (scale / cap, applied
+  // before tanh), softcap_log2 (cap * log2(e): scores leave the softcap in log2 units).
+#define FLASHJIT_SCALAR_PARAM(type, member, fill, why) type member;
+#define FJ_PARAMS_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) FLASHJIT_SCALAR_EXPAND params
+  FLASHJIT_SCALAR_ROWS(FJ_PARAMS_SCALAR)
+#undef FJ_PARAMS_SCALAR
+#undef FLASHJIT_SCALAR_PARAM
   float alibi_unit;     // alibi: slope to score units (log2(e) after a softcap, else 1 / scale)
 };

@@ -74,6 +74,11 @@ FJ_DEVICE void add_alibi(float& x, int row, int col, int offset, float alibi_slo
   x -= alibi_slope * float(abs(row + offset - col));
 }
 
+// Whether the variant transforms scores at all: a family skips the pass over a tile without one,
+// so a new transform is a term here and a line in transform_score. A function, not a constant:
+// a namespace-scope constant is emitted into the cubin's constant bank.
+FJ_DEVICE constexpr bool transforms_scores() { return cfg::kSoftcap || cfg::kAlibi; }
+
 // The score transforms of one score x at (row, col), in FlashAttention's order: softcap (cap *
 // tanh(scale * s / cap), which leaves scores in log2 units), then ALiBi (-slope * |row + offset
 // - col|, in the scores' units). The one definition every family applies.

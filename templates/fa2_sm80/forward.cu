@@ -146,7 +146,7 @@ flashjit_fa2_fwd(const __grid_constant__ FjAttentionParams p) {
     sm80::attend<Gemm, kNTilesS, k16Bit, kQInRegisters>(
         o, sm, qreg, sQ, kv.k, kv.v, warp_row0, lane, score_scale, [&](float (&s)[kMTiles][kNTilesS][4]) {
           const int n0 = (first_tile + t) * kBlockN;
-          if constexpr (kSoftcap || kAlibi)
+          if constexpr (transforms_scores())
             transform_scores(s, row_base, n0 + 2 * (lane & 3), seq.offset(), p, alibi_slope);
           edges.mask(s, n0, row_base, n0 + 2 * (lane & 3), seq, p.window_left, right);
         });

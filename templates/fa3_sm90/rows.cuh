@@ -35,7 +35,7 @@ struct ConsumerRows {
 
   // Scores of keys [n0, n0 + kBlockN) transformed and masked, ready for the softmax.
   FJ_DEVICE void prepare(float (&s)[kBlockN / 2], int n0) const {
-    if constexpr (kSoftcap || kAlibi) transform_scores(c_tiles(s), row0, n0 + col0, seq.offset(), *p, alibi_slope);
+    if constexpr (transforms_scores()) transform_scores(c_tiles(s), row0, n0 + col0, seq.offset(), *p, alibi_slope);
     edges.mask(c_tiles(s), n0, row0, n0 + col0, seq, p->window_left, right);
   }
 };

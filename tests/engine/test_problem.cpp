@@ -285,6 +285,31 @@ TEST_CASE("softcap, ALiBi and sinks: values and pointers are checked by name") {
   CHECK(mentions(error_of(a), "sinks.data must be aligned"));
 }
 
+TEST_CASE("softcap's params are the exact floats the fill computed before the scalar list") {
+  AttentionArgs a = make();  // head dim 64: scale 0.125
+  a.softcap = 30.f;
+  const FjAttentionParams p = attention_params(validate_problem(a).value());
+  CHECK(p.softcap_scale == float(0.125 / 30.0));
+  CHECK(p.softcap_log2 == float(30.0 * 1.4426950408889634));
+}
+
+TEST_CASE("every per-call scalar (flashjit/scalars.h): its typical value sets its flag, NaN is refused by name") {
+#define FJ_TEST_SCALAR(type, field, rule, constant, tag, typical, backward, params, why)               \
+  SUBCASE(#field) {                                                                                 \
+    AttentionArgs a = make();                                                                       \
+    CHECK(!validate_problem(a)->semantics.field);                                                   \
+    a.field = typical;                                                                              \
+    auto r = validate_problem(a);                                                                   \
+    REQUIRE(r.ok());                                                                                \
+    CHECK(r->semantics.field);                                                                      \
+    CHECK(r->field == type(typical));                                                               \
+    a.field = std::numeric_limits<type>::quiet_NaN();                                               \
+    CHECK(mentions(error_of(a), #field " must be "));                                               \
+  }
+  FLASHJIT_SCALAR_ROWS(FJ_TEST_SCALAR)
+#undef FJ_TEST_SCALAR
+}
+
 TEST_CASE("kv_starts: a semantic of its own, its array checked by name, passed to the kernels") {
   AttentionArgs a = make();
   a.kv_lens = i32(5);

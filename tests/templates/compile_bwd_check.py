@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TEMPLATES = os.path.join(ROOT, "templates")
 VARIANT_HPP = os.path.join(ROOT, "engine", "include", "flashjit", "variant.hpp")
 DEVICE_ARRAYS_H = os.path.join(ROOT, "engine", "include", "flashjit", "device_arrays.h")
+SCALARS_H = os.path.join(ROOT, "engine", "include", "flashjit", "scalars.h")
 ENTRY = "bwd_sm80/family.cu"
 KERNELS = ("flashjit_bwd_preprocess", "flashjit_bwd_main", "flashjit_bwd_convert")
 ENUMS = {"DType": {"f16": 0, "bf16": 1, "f32": 2}, "Mask": {"none": 0, "causal": 1},
@@ -42,8 +43,12 @@ def semantics_fields():
     arrays = re.findall(r'ROW\(X,\s*\w+,\s*(\w+),\s*\w+,\s*"(\w+)"', open(DEVICE_ARRAYS_H).read())
     splice = "FLASHJIT_DEVICE_ARRAYS(FJ_SEMANTICS_FROM_DEVICE_ARRAY, X)"
     block = block.replace(splice, " ".join('X(bool, %s, false, "%s"' % a for a in arrays))
+    # So do the per-call scalars' flags, where it splices flashjit/scalars.h in.
+    scalars = re.findall(r'ROW\(X,\s*\w+,\s*(\w+),\s*\w+,\s*"(\w+)"', open(SCALARS_H).read())
+    splice = "FLASHJIT_SCALARS(FJ_SEMANTICS_FROM_SCALAR, X)"
+    block = block.replace(splice, " ".join('X(bool, %s, false, "%s"' % a for a in scalars))
     rows = re.findall(r'X\((\w+),\s*(\w+),\s*([\w:]+),\s*"(\w+)"', block)
-    if not rows or not arrays:
+    if not rows or not arrays or not scalars:
         sys.exit("could not parse FLASHJIT_SEMANTICS_FIELDS in " + VARIANT_HPP)
     return rows
 
@@ -74,8 +79,9 @@ def template_headers():
                 path = os.path.join(dirpath, f)
                 names.append(os.path.relpath(path, TEMPLATES).replace(os.sep, "/"))
                 texts.append(open(path, "rb").read())
-    names.append("flashjit/device_arrays.h")  # the public header the kernels share with the host
-    texts.append(open(DEVICE_ARRAYS_H, "rb").read())
+    for path in (DEVICE_ARRAYS_H, SCALARS_H):  # the public headers the kernels share with the host
+        names.append("flashjit/" + os.path.basename(path))
+        texts.append(open(path, "rb").read())
     order = sorted(range(len(names)), key=lambda i: names[i])
     return [names[i] for i in order], [texts[i] for i in order]
 

@@ -116,7 +116,9 @@ typedef struct flashjit_attention_args_v2 {
   int32_t mask;                   /* flashjit_mask */
   int32_t fp32_math;              /* flashjit_fp32_math, fp32 inputs only */
   float softmax_scale;            /* 0: 1/sqrt(head_dim_qk) */
-  float softcap;                  /* 0: none; else > 0: scores become softcap * tanh(score / softcap) */
+  float softcap;                  /* 0: none; else > 0: scores become softcap * tanh(score / softcap).
+                                     A per-call scalar (flashjit/scalars.h lists them; a new one is
+                                     appended at this struct's end, its layout being the ABI) */
   const flashjit_varlen* varlen;  /* NULL: none */
   const flashjit_window* window;  /* NULL: none */
   const flashjit_alibi* alibi;    /* NULL: none */

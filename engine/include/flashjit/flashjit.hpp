@@ -92,7 +92,11 @@ struct AttentionArgs {
   Fp32Math fp32_math = Fp32Math::exact;
   std::optional<Varlen> varlen;        // ragged batch; lse is then [1, heads_q, total_q]
   std::optional<Window> window;        // unbounded on both sides is the same as none
-  std::optional<float> softcap;        // scores become cap * tanh(scale * q.k / cap); cap > 0
+  // The per-call scalars (flashjit/scalars.h has each one's meaning and rule): softcap (scores
+  // become cap * tanh(scale * q.k / cap); cap > 0). Unset: the semantic is off.
+#define FJ_ARGS_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) std::optional<type> field;
+  FLASHJIT_SCALAR_ROWS(FJ_ARGS_SCALAR)
+#undef FJ_ARGS_SCALAR
   std::optional<Alibi> alibi;
   // The per-call device arrays (flashjit/device_arrays.h has each one's meaning): sinks (fp32
   // [heads_q]), kv_lens and kv_starts (int32 [batch]); null: not used. Values past a sequence's

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "flashjit/device_arrays.h"
+#include "flashjit/scalars.h"
 #include "flashjit/status.hpp"
 
 namespace flashjit {
@@ -41,6 +42,9 @@ enum class NameStyle {
 // A per-call device array's semantics flag: set when the pointer is given (flashjit/device_arrays.h).
 #define FJ_SEMANTICS_FROM_DEVICE_ARRAY(X, elem, field, extent, constant, tag, why) \
   X(bool, field, false, constant, tag, if_set, why)
+// A per-call scalar's semantics flag: set when the scalar is given (flashjit/scalars.h).
+#define FJ_SEMANTICS_FROM_SCALAR(X, type, field, rule, constant, tag, typical, backward, params, why) \
+  X(bool, field, false, constant, tag, if_set, why)
 
 // Every field that changes results, declared once:
 //   X(type, field, default, kernel constant, name tag, name style, why)
@@ -59,7 +63,7 @@ enum class NameStyle {
     "ragged batch packed along the sequence axis, bounded by cu_seqlens on the device")                \
   X(bool, window, false, "kWindow", "window", if_set,                                                  \
     "sliding window: query i sees keys [i + Sk - Sq - left, i + Sk - Sq + right]")                     \
-  X(bool, softcap, false, "kSoftcap", "softcap", if_set, "scores become cap * tanh(score / cap)")       \
+  FLASHJIT_SCALARS(FJ_SEMANTICS_FROM_SCALAR, X)                                                        \
   X(bool, alibi, false, "kAlibi", "alibi", if_set, "adds -slope * |i + Sk - Sq - j| per head")          \
   FLASHJIT_DEVICE_ARRAYS(FJ_SEMANTICS_FROM_DEVICE_ARRAY, X)                                            \
   X(bool, paged, false, "kPaged", "paged", if_set, "K and V in page pools addressed by a block table")  \

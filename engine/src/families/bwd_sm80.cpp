@@ -111,6 +111,10 @@ class BwdSm80 final : public KernelFamilyBase {
       return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
     if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
+#define FJ_BWD_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) \
+  if (s.field && !(backward)) return #field ": the backward does not apply it yet";
+    FLASHJIT_SCALAR_ROWS(FJ_BWD_SCALAR)
+#undef FJ_BWD_SCALAR
     return smem_refusal(*this, arch, s);
   }
 
