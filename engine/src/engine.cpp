@@ -44,7 +44,7 @@ class Engine::Impl {
 
     // An explicit tiling comes from benchmarks and tuning tools.
     if (tiling) {
-      auto plan = planner_.with_tiling(*call, *tiling, *problem);
+      auto plan = planner_.with_tiling(*call, *tiling, *problem, Pass::forward);
       if (!plan.ok()) return std::move(plan).error();
       return launch(*call, **plan, *problem, stream);
     }
@@ -56,12 +56,17 @@ class Engine::Impl {
   // The same route for the backward pass: its own validation and families, the same planner,
   // kernel cache, workspace and launch. Checked mode has nothing to read back: the backward
   // refuses every argument with device metadata so far.
-  Status backward(const BackwardArgs& args, CUstream stream) {
+  Status backward(const BackwardArgs& args, CUstream stream, const Tiling* tiling) {
     auto problem = validate_backward(args);
     if (!problem.ok()) return std::move(problem).error();
     if (problem->empty) return {};
     auto call = call_context(stream);
     if (!call.ok()) return std::move(call).error();
+    if (tiling) {  // benchmarks: a backward family's tiling named by the caller
+      auto plan = planner_.with_tiling(*call, *tiling, *problem, Pass::backward);
+      if (!plan.ok()) return std::move(plan).error();
+      return launch(*call, **plan, *problem, stream);
+    }
     auto plan = planned(*call, *problem, stream, Pass::backward);
     if (!plan.ok()) return std::move(plan).error();
     return launch(*call, **plan, *problem, stream);
@@ -208,7 +213,11 @@ Result<std::uint64_t> Engine::workspace_size(const AttentionArgs& args, CUstream
 
 Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }
 
-Status Engine::backward(const BackwardArgs& args, CUstream stream) { return impl_->backward(args, stream); }
+Status Engine::backward(const BackwardArgs& args, CUstream stream) { return impl_->backward(args, stream, nullptr); }
+
+Status Engine::backward_with_tiling(const BackwardArgs& args, const Tiling& tiling, CUstream stream) {
+  return impl_->backward(args, stream, &tiling);
+}
 
 Result<std::uint64_t> Engine::backward_workspace_size(const BackwardArgs& args, CUstream stream) {
   return impl_->backward_workspace_size(args, stream);
