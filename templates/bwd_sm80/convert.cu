@@ -42,10 +42,18 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
 #pragma unroll
   for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < kDqNTiles; ++nt)
+    for (int nt = 0; nt < kDqNTiles; ++nt) {
+      float x[kDqTileFloats];
+      if constexpr (kDqVec4) {  // the tile's 4 floats are adjacent: one 16-byte load
+        const float4 v = *reinterpret_cast<const float4*>(accum + dq_slot(mt * kDqNTiles + nt, 0, tid));
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      } else {
 #pragma unroll
-      for (int i = 0; i < kDqTileFloats; ++i)
-        tile[dq_row(mt, i, tid) * kStrideQK + dq_col(nt, i, tid)] = from_float(accum[dq_slot(mt * kDqNTiles + nt, i, tid)]);
+        for (int i = 0; i < kDqTileFloats; ++i) x[i] = accum[dq_slot(mt * kDqNTiles + nt, i, tid)];
+      }
+#pragma unroll
+      for (int i = 0; i < kDqTileFloats; ++i) tile[dq_row(mt, i, tid) * kStrideQK + dq_col(nt, i, tid)] = from_float(x[i]);
+    }
   __syncthreads();
   const int rows = min(kBlockM, seq.len_q - m0);
   if (rows <= 0) return;

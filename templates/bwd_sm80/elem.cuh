@@ -3,6 +3,7 @@
 // backward's preprocess and convert.
 #pragma once
 
+#include "common/host_device.cuh"
 #include "common/ptx.cuh"
 #include "common/variant_types.cuh"
 
@@ -30,7 +31,10 @@ FJ_DEVICE T* row_at(T* base, const long long (&st)[4], int b, int s, int h) {
   return base + b * st[0] + s * st[1] + h * st[2];
 }
 
-constexpr int kWarpLanes = 32;  // threads of a warp: preprocess strides a row's head dim by it
+constexpr int kWarpLanes = 32;  // threads of a warp: preprocess gives a row at most this many lanes
+
+// The least power of two >= x (x >= 1).
+FJ_HOST_DEVICE constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
 
 // The sum of x over the lanes of a warp, in every lane.
 FJ_DEVICE float warp_sum(float x) {

@@ -177,6 +177,11 @@ void launch(Kernel kernel, const dim3& grid, const dim3& block, const Params& p)
 using std::max;
 using std::min;
 
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
 inline void __syncthreads() { emu::syncthreads(); }
 inline float __int_as_float(int x) {
   float f;
