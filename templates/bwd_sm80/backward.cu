@@ -36,21 +36,22 @@
 namespace fj::bwd {
 
 // Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns col0 + 2t (+1) of
-// every n8 tile) times x into a 16-bit shared tile of row stride kStride, a pair of elements a
-// store.
+// every n8 tile) times x into a 16-bit shared tile at shared-space address `tile` (row stride
+// kStride elements), a pair of elements a store; 32-bit address arithmetic as gemm.cuh's.
 template <int kStride, int kMTiles, int kNTiles>
-FJ_DEVICE void stage_tile(Elem* smem, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
+FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
                           float x = 1.f) {
   const Frag f{lane};
+  constexpr unsigned kBytes = sizeof(Elem);
+  const unsigned at = tile + (unsigned(row0 + f.g()) * kStride + col0 + 2 * f.t()) * kBytes;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt) {
-        Elem* dst = smem + (row0 + mt * 16 + h * 8 + f.g()) * kStride + col0 + nt * 8 + 2 * f.t();
-        *reinterpret_cast<unsigned*>(dst) = Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x);
-      }
+      for (int nt = 0; nt < kNTiles; ++nt)
+        st_shared_b32(at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes,
+                      Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
 }
 
 // A Q block's tile of Q or dO (kBlockM rows): load_tile_async's unrolled copy where each thread
@@ -58,26 +59,35 @@ FJ_DEVICE void stage_tile(Elem* smem, const float (&acc)[kMTiles][kNTiles][4], i
 template <int kCols, int kSmemStride>
 FJ_DEVICE void load_q_rows(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride, int rows_valid,
                            int tid) {
-  if constexpr (kThreads % (kCols / kVec) == 0)
-    load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid, tid);
-  else
+  if constexpr (kThreads % (kCols / kVec) == 0) {
+    // A whole Q block (every one but a sequence's last) needs no predicate per access.
+    if (rows_valid >= kBlockM)
+      load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads, true>(smem, gmem, row_stride, col_stride,
+                                                                              rows_valid, tid);
+    else
+      load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid,
+                                                                        tid);
+  } else
     load_tile_async_rolled<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride,
                                                                               rows_valid, tid);
 }
 
-// One stage's buffers: a Q block's Q and dO tiles, its rows' LSE (natural log, as the forward
-// wrote it) and D.
+// One stage's buffers: a Q block's Q and dO tiles (as pointers for the copies, as shared-space
+// addresses for the products), its rows' LSE (natural log, as the forward wrote it) and D.
 struct QBlockTiles {
   Elem* q;
   Elem* dout;
   float* lse;
   float* dsum;
+  unsigned q_at, dout_at;
 };
 FJ_DEVICE QBlockTiles stage_tiles(unsigned char* smem, int stage) {
+  const unsigned at = smem_addr(smem);
   return {reinterpret_cast<Elem*>(smem + kLayout.q + stage * kLayout.q_stage),
           reinterpret_cast<Elem*>(smem + kLayout.dout + stage * kLayout.dout_stage),
           reinterpret_cast<float*>(smem + kLayout.lse + stage * kLayout.rows_stage),
-          reinterpret_cast<float*>(smem + kLayout.dpsum + stage * kLayout.rows_stage)};
+          reinterpret_cast<float*>(smem + kLayout.dpsum + stage * kLayout.rows_stage),
+          at + kLayout.q + stage * kLayout.q_stage, at + kLayout.dout + stage * kLayout.dout_stage};
 }
 
 // The workspace's first row of q-head `head` of sequence z (dQ accumulator rows and D).
@@ -129,8 +139,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Elem* sK = reinterpret_cast<Elem*>(smem_raw + kLayout.k);
   Elem* sV = reinterpret_cast<Elem*>(smem_raw + kLayout.v);
-  Elem* sP = reinterpret_cast<Elem*>(smem_raw + kLayout.p);
-  Elem* sdS = reinterpret_cast<Elem*>(smem_raw + kLayout.ds);
+  // The products' operands and the P/dS stores by shared-space address (gemm.cuh says why).
+  const unsigned smem_at = smem_addr(smem_raw);
+  const unsigned sK_at = smem_at + kLayout.k, sV_at = smem_at + kLayout.v;
+  const unsigned sP_at = smem_at + kLayout.p, sdS_at = smem_at + kLayout.ds;
+  constexpr unsigned kB = sizeof(Elem);  // bytes an element: the addresses' unit
 
   const FjAttentionParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -206,11 +219,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       float s[kSdpMTiles][kSdpNTiles][4];
       zero_tile(s);
       warp_gemm<kSdpMTiles, kSdpNTiles, kDQK / 16, false, kStrideQK, false, kStrideQK>(
-          s, cur.q + sdp_row0 * kStrideQK, sK + sdp_key0 * kStrideQK, lane);
+          s, cur.q_at + sdp_row0 * kStrideQK * kB, sK_at + sdp_key0 * kStrideQK * kB, lane);
       float dp[kSdpMTiles][kSdpNTiles][4];
       zero_tile(dp);
       warp_gemm<kSdpMTiles, kSdpNTiles, kDV / 16, false, kStrideV, false, kStrideV>(
-          dp, cur.dout + sdp_row0 * kStrideV, sV + sdp_key0 * kStrideV, lane);
+          dp, cur.dout_at + sdp_row0 * kStrideV * kB, sV_at + sdp_key0 * kStrideV * kB, lane);
       float lse[kSdpMTiles][2], dsum[kSdpMTiles][2];
 #pragma unroll
       for (int mt = 0; mt < kSdpMTiles; ++mt)
@@ -229,22 +242,22 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       else
         scores_to_grads<false>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
       // P and dS round to 16 bits here, as FA2's do, for the products that read them.
-      stage_tile<kStridePS>(sP, s, sdp_row0, sdp_key0, lane);
-      stage_tile<kStridePS>(sdS, dp, sdp_row0, sdp_key0, lane);
+      stage_tile<kStridePS>(sP_at, s, sdp_row0, sdp_key0, lane);
+      stage_tile<kStridePS>(sdS_at, dp, sdp_row0, sdp_key0, lane);
     }
     __syncthreads();
 
     // ---- dV and dK for this warp's keys and columns, over the Q block's rows.
-    warp_gemm<kDkvMTiles, kDvColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideV>(dv, sP + dkv_key0,
-                                                                                      cur.dout + dv_col0, lane);
-    warp_gemm<kDkvMTiles, kDkColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideQK>(dk, sdS + dkv_key0,
-                                                                                       cur.q + dk_col0, lane);
+    warp_gemm<kDkvMTiles, kDvColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideV>(
+        dv, sP_at + dkv_key0 * kB, cur.dout_at + dv_col0 * kB, lane);
+    warp_gemm<kDkvMTiles, kDkColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideQK>(
+        dk, sdS_at + dkv_key0 * kB, cur.q_at + dk_col0 * kB, lane);
     // ---- dQ for this warp's rows and columns, over the CTA's keys, into the accumulator.
     {
       float dq[kDqMTiles][kDqNTiles][4];
       zero_tile(dq);
       warp_gemm<kDqMTiles, kDqNTiles, kBlockN / 16, false, kStridePS, true, kStrideQK>(
-          dq, sdS + dq_row0 * kStridePS, sK + dq_col0, lane);
+          dq, sdS_at + dq_row0 * kStridePS * kB, sK_at + dq_col0 * kB, lane);
       add_dq(p.dq_accum + (workspace_head(p, blockIdx.z, head) + m0) * kDQK, dq, p.scale, tid);
     }
 
@@ -263,8 +276,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   cp_async_wait<0>();  // with no Q block, the K/V copies may still be in flight
   __syncthreads();     // and every warp is done reading K (dQ) and V (dP)
   scale_tile(dk, p.scale);
-  stage_tile<kStrideQK>(sK, dk, dkv_key0, dk_col0, lane);
-  stage_tile<kStrideV>(sV, dv, dkv_key0, dv_col0, lane);
+  stage_tile<kStrideQK>(sK_at, dk, dkv_key0, dk_col0, lane);
+  stage_tile<kStrideV>(sV_at, dv, dkv_key0, dv_col0, lane);
   __syncthreads();
   // cap_k read again here rather than kept from the start: live across the loop, it cost ptxas
   // spills at D = 128 with every feature on (first cut).

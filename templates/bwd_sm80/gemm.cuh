@@ -25,32 +25,42 @@ using sm80::Frag;
 // template arguments are unused by them).
 using Mma16 = sm80::WarpGemm<Elem, kDtype, kTf32, 1, 2, 2, 16, 8, 8>;
 
+// a and b: shared-space addresses (common/ptx.cuh's smem_addr, in bytes) of the warp tile's
+// first m row / k row and first n column / k row as stored. All address arithmetic stays in 32
+// bits, so each load's offset is the lane's (computed once) plus a constant ptxas folds into the
+// instruction.
 template <int kMTiles, int kNTiles, int kSteps, bool kATrans, int kStrideA, bool kBTrans, int kStrideB>
-FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], const Elem* a, const Elem* b, int lane) {
+FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], unsigned a, unsigned b, int lane) {
   static_assert(kNTiles % 2 == 0, "B is loaded two n8 tiles at a time (one ldmatrix.x4)");
-  // Each lane's row and column within the four 8x8 matrices of one ldmatrix.x4.
-  const int r8 = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+  constexpr unsigned kBytes = sizeof(Elem);
+  // Each lane's row and column within the four 8x8 matrices of one ldmatrix.x4:
+  const unsigned r8 = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+  // A: plain, matrices m 0-7 / k 0-7, m 8-15 / k 0-7, m 0-7 / k 8-15, m 8-15 / k 8-15 (the A
+  // layout's a0..a3); transposed, the same four matrices from [k][m] storage.
+  const unsigned lane_a = kATrans ? ((r8 + m2 * 8) * kStrideA + m1 * 8) * kBytes
+                                  : ((unsigned(lane) & 15) * kStrideA + m2 * 8) * kBytes;
+  // B: plain, matrices n 0-7 / k 0-7, n 0-7 / k 8-15, n 8-15 / k 0-7, n 8-15 / k 8-15; transposed
+  // from [k][n] storage, k 0-7 / n 0-7, k 8-15 / n 0-7, k 0-7 / n 8-15, k 8-15 / n 8-15.
+  const unsigned lane_b = kBTrans ? ((r8 + m1 * 8) * kStrideB + m2 * 8) * kBytes : ((r8 + m2 * 8) * kStrideB + m1 * 8) * kBytes;
+  a += lane_a;
+  b += lane_b;
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     unsigned af[kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       if constexpr (!kATrans)
-        // Matrices: m 0-7 / k 0-7, m 8-15 / k 0-7, m 0-7 / k 8-15, m 8-15 / k 8-15 (the A layout's a0..a3).
-        ldmatrix_x4(af[mt], a + (mt * 16 + (lane & 15)) * kStrideA + kk * 16 + m2 * 8);
+        ldmatrix_x4_at(af[mt], a + (mt * 16 * kStrideA + kk * 16) * kBytes);
       else
-        // The same four matrices from [k][m] storage, transposed as they load.
-        ldmatrix_x4_trans(af[mt], a + (kk * 16 + r8 + m2 * 8) * kStrideA + mt * 16 + m1 * 8);
+        ldmatrix_x4_trans_at(af[mt], a + (kk * 16 * kStrideA + mt * 16) * kBytes);
     }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       unsigned bf[4];
       if constexpr (!kBTrans)
-        // Matrices: n 0-7 / k 0-7, n 0-7 / k 8-15, n 8-15 / k 0-7, n 8-15 / k 8-15.
-        ldmatrix_x4(bf, b + (np * 16 + r8 + m2 * 8) * kStrideB + kk * 16 + m1 * 8);
+        ldmatrix_x4_at(bf, b + (np * 16 * kStrideB + kk * 16) * kBytes);
       else
-        // Matrices: k 0-7 / n 0-7, k 8-15 / n 0-7, k 0-7 / n 8-15, k 8-15 / n 8-15, transposed.
-        ldmatrix_x4_trans(bf, b + (kk * 16 + r8 + m1 * 8) * kStrideB + np * 16 + m2 * 8);
+        ldmatrix_x4_trans_at(bf, b + (kk * 16 * kStrideB + np * 16) * kBytes);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         Mma16::mma16(c[mt][2 * np], af[mt], bf[0], bf[1]);

@@ -55,15 +55,20 @@ FJ_DEVICE void scores_to_grads(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTi
     for (int h = 0; h < 2; ++h) {
       const int row = row_base + mt * 16 + h * 8;
       int lo = 0, hi = 0;
-      if constexpr (kMasked) row_key_bounds<kCausal, kWindow>(row, seq, left, right, lo, hi);
+      if constexpr (kMasked) {
+        row_key_bounds<kCausal, kWindow>(row, seq, left, right, lo, hi);
+        lo -= key_base;  // compared with the tile's own column offsets, which are constants
+        hi -= key_base;
+      }
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int key = key_base + nt * 8 + e;
+          const int c = nt * 8 + e, key = key_base + c;
           float& x = s[mt][nt][2 * h + e];
           const float factor = transform_with_grad(x, row, key, seq.offset(), f, alibi_slope);
-          if (kMasked && (key < lo || key > hi)) x = neg_inf();
+          // Keys left of a row's first are masked only under a window (else it is key 0).
+          if (kMasked && ((kWindow && c < lo) || c > hi)) x = neg_inf();
           x = exp2_approx(fmaf(x, score_scale, -lse[mt][h]));
           float& d = dp[mt][nt][2 * h + e];
           d = x * (d - dsum[mt][h]) * factor;

@@ -52,6 +52,24 @@ FJ_DEVICE void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
                : "r"(smem_addr(smem)));
 }
 
+// The same loads from a shared-space address (smem_addr's result plus byte offsets): with the
+// arithmetic in 32 bits, ptxas folds an offset's constant part into the instruction's immediate
+// (pointer arithmetic in 64 bits needs an add and a conversion per load).
+FJ_DEVICE void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+FJ_DEVICE void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// Four bytes to a shared-space address (see ldmatrix_x4_at).
+FJ_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // --- tensor-core products, fp32 accumulators --------------------------------------------------
 FJ_DEVICE void mma_f16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-alignas(128) unsigned char smem_raw[256 * 1024];
+alignas(128) unsigned char smem_raw[kEmuSmemBytes];
 
 namespace {
 

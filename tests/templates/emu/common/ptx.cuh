@@ -8,9 +8,21 @@
 
 #define FJ_DEVICE inline
 
+// The dynamic shared memory every CTA uses (one CTA runs at a time), defined by the test driver.
+constexpr unsigned kEmuSmemBytes = 256 * 1024;
+extern unsigned char smem_raw[];
+
 namespace fj {
 
-inline unsigned smem_addr(const void* p) { return unsigned(reinterpret_cast<std::uintptr_t>(p)); }
+// Shared-space addresses are offsets into the one dynamic shared buffer (bwd_emu_main.cpp's).
+inline unsigned smem_addr(const void* p) {
+  const std::ptrdiff_t off = static_cast<const unsigned char*>(p) - smem_raw;
+  if (off < 0 || off >= std::ptrdiff_t(kEmuSmemBytes)) {
+    std::fprintf(stderr, "emu: smem_addr of a pointer outside shared memory\n");
+    std::abort();
+  }
+  return unsigned(off);
+}
 
 inline void store_shared_zero16(void* p) { std::memset(p, 0, 16); }
 
@@ -69,6 +81,15 @@ inline void ldmatrix_any(unsigned (&r)[4], const void* smem, bool trans) {
 }
 inline void ldmatrix_x4(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, smem, false); }
 inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, smem, true); }
+inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, false); }
+inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, true); }
+inline void st_shared_b32(unsigned addr, unsigned v) {
+  if (addr % 4 || addr + 4 > kEmuSmemBytes) {
+    std::fprintf(stderr, "emu: st.shared.b32 misaligned or outside shared memory\n");
+    std::abort();
+  }
+  std::memcpy(smem_raw + addr, &v, 4);
+}
 
 // mma.m16n8k16.row.col, fp32 accumulators: lane L = 4g + t holds A rows g, g+8 (k 2t, 2t+1 in
 // a0/a1, k 2t+8, 2t+9 in a2/a3), B column g (k 2t, 2t+1 in b0, 2t+8, 2t+9 in b1), C/D rows g, g+8
