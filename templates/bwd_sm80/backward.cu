@@ -59,15 +59,11 @@ FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4]
 template <int kCols, int kSmemStride>
 FJ_DEVICE void load_q_rows(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride, int rows_valid,
                            int tid) {
-  if constexpr (kThreads % (kCols / kVec) == 0) {
-    // A whole Q block (every one but a sequence's last) needs no predicate per access.
-    if (rows_valid >= kBlockM)
-      load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads, true>(smem, gmem, row_stride, col_stride,
-                                                                              rows_valid, tid);
-    else
-      load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid,
-                                                                        tid);
-  } else
+  // (An unpredicated copy for whole Q blocks, branching on rows_valid, measured 1-4% slower on
+  // an H200 at S = 4K: bench/NOTES.md entry 30.)
+  if constexpr (kThreads % (kCols / kVec) == 0)
+    load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid, tid);
+  else
     load_tile_async_rolled<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride,
                                                                               rows_valid, tid);
 }

@@ -31,9 +31,7 @@ FJ_DEVICE void copy_chunk_async(Elem* dst, const Elem* src, bool inside) {
 
 // Starts asynchronous loads of rows [0, rows_valid) into smem; rows past rows_valid become
 // zeros so padded keys and queries contribute nothing. Columns past kCols are left untouched.
-// kAllRows: the caller knows rows_valid >= kRows, so no access needs a predicate (the
-// backward's Q and dO copies, once a Q block, skip a compare and the selects per access).
-template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads, bool kAllRows = false>
+template <typename Elem, int kRows, int kCols, int kSmemStride, int kVec, int kThreads>
 FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_stride,
                                long long col_stride, int rows_valid, int tid) {
   static_assert(kCols % kVec == 0, "the host picks kVec dividing the head dim");
@@ -49,7 +47,7 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
     Elem* dst = smem + r0 * kSmemStride + c;
 #pragma unroll
     for (int r = r0; r < kRows; r += kRowStep) {
-      const bool inside = kAllRows || r < rows_valid;
+      const bool inside = r < rows_valid;
       copy_chunk_async<Elem, kVec>(dst, inside ? src : gmem, inside);
       src += step;
       dst += kRowStep * kSmemStride;
@@ -62,7 +60,7 @@ FJ_DEVICE void load_tile_async(Elem* smem, const Elem* gmem, long long row_strid
       if (kTotal % kThreads != 0 && i >= kTotal) break;
       const int r = i / kChunks;
       const int c = (i % kChunks) * kVec;
-      const bool inside = kAllRows || r < rows_valid;
+      const bool inside = r < rows_valid;
       Elem* dst = smem + r * kSmemStride + c;
       const Elem* src = gmem + (inside ? r * row_stride + c * (kVec == 1 ? col_stride : 1) : 0);
       copy_chunk_async<Elem, kVec>(dst, src, inside);
