@@ -41,30 +41,19 @@ class Engine::Impl {
     auto call = call_context(stream);
     if (!call.ok()) return std::move(call).error();
     if (args.check_metadata || *options_.check_metadata) FJ_TRY(check_device_metadata(call->drv, *problem, stream));
-
-    // An explicit tiling comes from benchmarks and tuning tools.
-    if (tiling) {
-      auto plan = planner_.with_tiling(*call, *tiling, *problem);
-      if (!plan.ok()) return std::move(plan).error();
-      return launch(*call, **plan, *problem, stream);
-    }
-    auto plan = planner_.dispatch(*call, *problem, stream, Pass::forward);  // valid until this thread's next call
-    if (!plan.ok()) return std::move(plan).error();
-    return launch(*call, **plan, *problem, stream);
+    return plan_and_launch(*call, *problem, stream, tiling, Pass::forward);
   }
 
   // The same route for the backward pass: its own validation and families, the same planner,
   // kernel cache, workspace and launch. Checked mode has nothing to read back: the backward
   // refuses every argument with device metadata so far.
-  Status backward(const BackwardArgs& args, CUstream stream) {
+  Status backward(const BackwardArgs& args, CUstream stream, const Tiling* tiling) {
     auto problem = validate_backward(args);
     if (!problem.ok()) return std::move(problem).error();
     if (problem->empty) return {};
     auto call = call_context(stream);
     if (!call.ok()) return std::move(call).error();
-    auto plan = planner_.dispatch(*call, *problem, stream, Pass::backward);
-    if (!plan.ok()) return std::move(plan).error();
-    return launch(*call, **plan, *problem, stream);
+    return plan_and_launch(*call, *problem, stream, tiling, Pass::backward);
   }
 
   Result<std::uint64_t> backward_workspace_size(const BackwardArgs& args, CUstream stream) {
@@ -135,6 +124,20 @@ class Engine::Impl {
  private:
   Result<CallContext> call_context(CUstream stream) { return contexts_.call_context(stream); }
 
+  // The plan, then its launches: the caller's tiling (benchmarks and tuning tools name one), else
+  // the planner's (a plan valid until this thread's next call).
+  Status plan_and_launch(const CallContext& call, const AttentionProblem& problem, CUstream stream,
+                         const Tiling* tiling, Pass pass) {
+    if (tiling) {
+      auto plan = planner_.with_tiling(call, *tiling, problem, pass);
+      if (!plan.ok()) return std::move(plan).error();
+      return launch(call, **plan, problem, stream);
+    }
+    auto plan = planner_.dispatch(call, problem, stream, pass);
+    if (!plan.ok()) return std::move(plan).error();
+    return launch(call, **plan, problem, stream);
+  }
+
   // The workspace bytes a call's plan asks for, planned as the call would be, nothing launched.
   Result<std::uint64_t> planned_workspace(const AttentionProblem& problem, CUstream stream, Pass pass) {
     auto call = call_context(stream);
@@ -201,7 +204,11 @@ Result<std::uint64_t> Engine::workspace_size(const AttentionArgs& args, CUstream
 
 Result<TuneReport> Engine::tune(const TuneRequest& request) { return impl_->tune(request); }
 
-Status Engine::backward(const BackwardArgs& args, CUstream stream) { return impl_->backward(args, stream); }
+Status Engine::backward(const BackwardArgs& args, CUstream stream) { return impl_->backward(args, stream, nullptr); }
+
+Status Engine::backward_with_tiling(const BackwardArgs& args, const Tiling& tiling, CUstream stream) {
+  return impl_->backward(args, stream, &tiling);
+}
 
 Result<std::uint64_t> Engine::backward_workspace_size(const BackwardArgs& args, CUstream stream) {
   return impl_->backward_workspace_size(args, stream);

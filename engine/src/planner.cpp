@@ -81,9 +81,12 @@ Result<std::shared_ptr<const Plan>> Planner::get(const CallContext& call, const 
 }
 
 Result<std::shared_ptr<const Plan>> Planner::with_tiling(const CallContext& call, const Tiling& tiling,
-                                                         const AttentionProblem& problem) {
+                                                         const AttentionProblem& problem, Pass pass) {
+  const char* verb = pass == Pass::forward ? "forward_with_tiling" : "backward_with_tiling";
   const KernelFamily* family = tiling.table ? find_family(tiling.table->family) : nullptr;
-  if (!family) return Error(Code::invalid_argument, "forward_with_tiling: the tiling names no kernel family");
+  if (!family) return Error(Code::invalid_argument, std::string(verb) + ": the tiling names no kernel family");
+  if (family->pass() != pass)
+    return Error(Code::invalid_argument, std::string(verb) + ": " + family->name() + " is a family of the other pass");
   if (const char* why_not = family->refusal(call.info.arch, problem.semantics, &problem.shape))
     return Error(Code::unsupported, std::string(family->name()) + " cannot run this problem: " + why_not);
   FJ_TRY(family->check_tiling(problem.semantics, tiling));

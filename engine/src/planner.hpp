@@ -43,9 +43,10 @@ class Planner {
   // planner, context, pass, semantics and exact shape, until forget() drops the context's
   // plans. The plan stays valid until this thread's next dispatch().
   Result<const Plan*> dispatch(const CallContext& call, const AttentionProblem& problem, CUstream stream, Pass pass);
-  // The plan of a tiling the caller chose (benchmarks, tuning tools), checked against the family's rules.
+  // The plan of a tiling the caller chose (benchmarks, tuning tools), checked against the family's
+  // rules; the family must serve `pass`.
   Result<std::shared_ptr<const Plan>> with_tiling(const CallContext& call, const Tiling& tiling,
-                                                  const AttentionProblem& problem);
+                                                  const AttentionProblem& problem, Pass pass);
 
   // The autotuner settings for this process and device; `mode` unset: FLASHJIT_TUNE decides.
   autotune::AutotunerOptions autotuner_options(const CallContext& call, std::optional<autotune::TuneMode> mode) const;

@@ -1,18 +1,26 @@
 // bwd_sm80 convert: dQ from the fp32 accumulator (already scaled by the softmax scale in the
-// main kernel) to dq's dtype and strides. One CTA per (BLOCK_M query rows, query head, batch).
+// main kernel) to dq's dtype and strides. One CTA per (BLOCK_M query rows, query head, batch)
+// of kThreads threads, the main kernel's count: thread tid reads back the values the main
+// kernel's thread tid added (bwd_sm80/dq_store.cuh's register order, each warp's reads 32
+// consecutive floats), puts each at its row and column of a 16-bit tile in shared memory, and
+// the tile is stored row by row, kVec elements an access.
 //
 // Varlen: as preprocess, a CTA per (Q block, q-head, sequence); rows of dq that no sequence covers are
-// not written. Not yet covered (see docs/design/backward.md): fp32 outputs (a plain copy),
-// vectorized stores (one element a thread here), the deterministic mode's ordered reduction of
-// per-K/V-block partials (this kernel is where it would run).
+// not written. Not yet covered (see docs/design/backward.md): fp32 outputs, the deterministic
+// mode's ordered reduction of per-K/V-block partials (this kernel is where it would run).
 #include "bwd_sm80/config.cuh"
+#include "bwd_sm80/dq_store.cuh"
 #include "bwd_sm80/elem.cuh"
 #include "common/sequence.cuh"
+#include "common/tile_io.cuh"
+#include "common/warp_gemm_sm80.cuh"
 
 extern "C" __global__ void __launch_bounds__(fj::bwd::kThreads)
 flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
   using namespace fj;
   using namespace fj::bwd;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Elem* tile = reinterpret_cast<Elem*>(smem_raw);  // [kBlockM][kStrideQK]: kLayout.convert_smem_bytes
   const FjAttentionParams& f = p.fwd;
   const int tid = threadIdx.x;
   const int m0 = blockIdx.x * kBlockM;
@@ -31,13 +39,25 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
     }
   }
   const float* accum = p.dq_accum + ws_row0 * kDQK;
-  const int rows = min(kBlockM, seq.len_q - m0);
-
-  for (int i = tid; i < kBlockM * kHeadDimQK; i += kThreads) {
-    const int r = i / kHeadDimQK, c = i % kHeadDimQK;
-    if (r < rows) {
-      Elem* dq = row_at(static_cast<Elem*>(p.dq), p.dq_stride, seq.batch, seq.q_start + m0 + r, head);
-      dq[c * p.dq_stride[3]] = from_float(accum[r * kDQK + c]);
+#pragma unroll
+  for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kDqNTiles; ++nt) {
+      float x[kDqTileFloats];
+      if constexpr (kDqVec4) {  // the tile's 4 floats are adjacent: one 16-byte load
+        const float4 v = *reinterpret_cast<const float4*>(accum + dq_slot(mt * kDqNTiles + nt, 0, tid));
+        x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kDqTileFloats; ++i) x[i] = accum[dq_slot(mt * kDqNTiles + nt, i, tid)];
+      }
+#pragma unroll
+      for (int i = 0; i < kDqTileFloats; ++i) tile[dq_row(mt, i, tid) * kStrideQK + dq_col(nt, i, tid)] = from_float(x[i]);
     }
-  }
+  __syncthreads();
+  const int rows = min(kBlockM, seq.len_q - m0);
+  if (rows <= 0) return;
+  store_tile<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(
+      row_at(static_cast<Elem*>(p.dq), p.dq_stride, seq.batch, seq.q_start + m0, head), p.dq_stride[1], p.dq_stride[3],
+      tile, rows, tid);
 }

@@ -1,30 +1,13 @@
-// Single-element conversions between the 16-bit storage types and fp32, which the forward never
-// needed (it packs pairs with common/ptx.cuh's pack16). Belong in common/ptx.cuh once a second
-// family uses them.
+// Single-element conversions between the variant's element type and fp32 (common/ptx.cuh's
+// f16/bf16 ones, which the forward never needs: it packs pairs), and small helpers of the
+// backward's preprocess and convert.
 #pragma once
 
+#include "common/host_device.cuh"
 #include "common/ptx.cuh"
 #include "common/variant_types.cuh"
 
 namespace fj::bwd {
-
-FJ_DEVICE float f16_to_f32(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
-  return f;
-}
-// bf16 is the top half of an fp32: widening is a shift.
-FJ_DEVICE float bf16_to_f32(unsigned short h) { return __uint_as_float(unsigned(h) << 16); }
-FJ_DEVICE unsigned short f32_to_f16(float f) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
-  return h;
-}
-FJ_DEVICE unsigned short f32_to_bf16(float f) {
-  unsigned short h;
-  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
-  return h;
-}
 
 // The variant's element type to and from fp32 (Elem is raw bits: unsigned short or float).
 FJ_DEVICE float to_float(var::Elem x) {
@@ -48,7 +31,10 @@ FJ_DEVICE T* row_at(T* base, const long long (&st)[4], int b, int s, int h) {
   return base + b * st[0] + s * st[1] + h * st[2];
 }
 
-constexpr int kWarpLanes = 32;  // threads of a warp: preprocess strides a row's head dim by it
+constexpr int kWarpLanes = 32;  // threads of a warp: preprocess gives a row at most this many lanes
+
+// The least power of two >= x (x >= 1).
+FJ_HOST_DEVICE constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
 
 // The sum of x over the lanes of a warp, in every lane.
 FJ_DEVICE float warp_sum(float x) {
@@ -56,7 +42,5 @@ FJ_DEVICE float warp_sum(float x) {
   for (int d = kWarpLanes / 2; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
   return x;
 }
-
-FJ_DEVICE float pos_inf() { return __int_as_float(0x7f800000); }
 
 }  // namespace fj::bwd

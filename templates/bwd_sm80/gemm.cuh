@@ -1,13 +1,18 @@
-// bwd_sm80's instances of the shared warp-level products (common/warp_gemm_sm80.cuh). The key
-// phase works on transposed scores (rows = the warp's keys, columns = the Q block's rows), so
-// every product of the backward is one the forward already has:
-//   GemmS:  S^T  = K_warp . Q^T     (gemm_qk16: A = K rows, B = Q rows, over kDQK)
-//           dV  += P^T . dO         (gemm_pv16: A = P^T in registers, B = dO rows, over kBlockM)
-//   GemmDP: dP^T = V_warp . dO^T    (gemm_qk16: A = V rows, B = dO rows, over kDV)
-//           dK  += dS^T . Q         (gemm_pv16: A = dS^T in registers, B = Q rows, over kBlockM)
-//   GemmDQ: dQ   = dS_warp . K      (gemm_pv16: A = dS read back from shared fp32, B = K rows, 16 keys a call)
-// WarpGemm's template names are the forward's (kDQK = the contraction of gemm_qk16, kStrideQK
-// its operands' stride, kStrideV gemm_pv16's B stride); the comments above say what each means here.
+// The warp-level product every one of the backward's five products is: a warp's tile of
+// C (kMTiles m16 tiles x kNTiles n8 tiles, fp32, m16n8 C layout) += A . B over kSteps k16 steps,
+// both operands read from shared memory (16-bit) with ldmatrix, in whichever orientation they
+// are stored:
+//   A (m x k): kATrans false: stored [m][k] (k contiguous) -> ldmatrix; true: stored [k][m] -> ldmatrix.trans
+//   B (k x n): kBTrans false: stored [n][k] (k contiguous) -> ldmatrix; true: stored [k][n] -> ldmatrix.trans
+// The five (bwd_sm80/backward.cu):
+//   S   = Q  . K^T   A = Q [row][d],        B = K [key][d]     (plain, plain)
+//   dP  = dO . V^T   A = dO [row][d],       B = V [key][d]     (plain, plain)
+//   dV += P^T . dO   A = P [row][key],      B = dO [row][d]    (trans, trans)
+//   dK += dS^T . Q   A = dS [row][key],     B = Q [row][d]     (trans, trans)
+//   dQ  = dS . K     A = dS [row][key],     B = K [key][d]     (plain, trans)
+// so P and dS, written once to shared memory in 16 bits, are read by two products each in two
+// orientations, and every warp's fragments serve all of its tile's mmas (the reuse the earlier
+// one-warp-per-16-keys layout lacked: each of its warps re-read all of Q and dO per product).
 #pragma once
 
 #include "bwd_sm80/config.cuh"
@@ -16,10 +21,53 @@
 namespace fj::bwd {
 
 using sm80::Frag;
-using GemmS = sm80::WarpGemm<Elem, kDtype, kTf32, kKeyTiles, kNTilesM, kNTilesV, kDQK, kStrideQK, kStrideV>;
-using GemmDP = sm80::WarpGemm<Elem, kDtype, kTf32, kKeyTiles, kNTilesM, kNTilesQK, kDV, kStrideV, kStrideQK>;
-// dQ one k16 step of keys and one of kDqParts column parts at a time (bwd_sm80/backward.cu says
-// why): A is 16 keys of dS, B those keys' rows of K, the part's columns.
-using GemmDQ = sm80::WarpGemm<Elem, kDtype, kTf32, kQTiles, 2, kNTilesQKWarp / kDqParts, kDQK, kStrideQK, kStrideQK>;
+// mma16 and pack16 of the variant's 16-bit type (common/warp_gemm_sm80.cuh's; the other
+// template arguments are unused by them).
+using Mma16 = sm80::WarpGemm<Elem, kDtype, kTf32, 1, 2, 2, 16, 8, 8>;
+
+// a and b: shared-space addresses (common/ptx.cuh's smem_addr, in bytes) of the warp tile's
+// first m row / k row and first n column / k row as stored. All address arithmetic stays in 32
+// bits, so each load's offset is the lane's (computed once) plus a constant ptxas folds into the
+// instruction.
+template <int kMTiles, int kNTiles, int kSteps, bool kATrans, int kStrideA, bool kBTrans, int kStrideB>
+FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], unsigned a, unsigned b, int lane) {
+  static_assert(kNTiles % 2 == 0, "B is loaded two n8 tiles at a time (one ldmatrix.x4)");
+  constexpr unsigned kBytes = sizeof(Elem);
+  // Each lane's row and column within the four 8x8 matrices of one ldmatrix.x4:
+  const unsigned r8 = lane & 7, m1 = (lane >> 3) & 1, m2 = lane >> 4;
+  // A: plain, matrices m 0-7 / k 0-7, m 8-15 / k 0-7, m 0-7 / k 8-15, m 8-15 / k 8-15 (the A
+  // layout's a0..a3); transposed, the same four matrices from [k][m] storage.
+  const unsigned lane_a = kATrans ? ((r8 + m2 * 8) * kStrideA + m1 * 8) * kBytes
+                                  : ((unsigned(lane) & 15) * kStrideA + m2 * 8) * kBytes;
+  // B: plain, matrices n 0-7 / k 0-7, n 0-7 / k 8-15, n 8-15 / k 0-7, n 8-15 / k 8-15; transposed
+  // from [k][n] storage, k 0-7 / n 0-7, k 8-15 / n 0-7, k 0-7 / n 8-15, k 8-15 / n 8-15.
+  const unsigned lane_b = kBTrans ? ((r8 + m1 * 8) * kStrideB + m2 * 8) * kBytes : ((r8 + m2 * 8) * kStrideB + m1 * 8) * kBytes;
+  a += lane_a;
+  b += lane_b;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    unsigned af[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      if constexpr (!kATrans)
+        ldmatrix_x4_at(af[mt], a + (mt * 16 * kStrideA + kk * 16) * kBytes);
+      else
+        ldmatrix_x4_trans_at(af[mt], a + (kk * 16 * kStrideA + mt * 16) * kBytes);
+    }
+#pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      unsigned bf[4];
+      if constexpr (!kBTrans)
+        ldmatrix_x4_at(bf, b + (np * 16 * kStrideB + kk * 16) * kBytes);
+      else
+        ldmatrix_x4_trans_at(bf, b + (kk * 16 * kStrideB + np * 16) * kBytes);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        Mma16::mma16(c[mt][2 * np], af[mt], bf[0], bf[1]);
+        Mma16::mma16(c[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+      }
+    }
+  }
+}
 
 }  // namespace fj::bwd

@@ -1,5 +1,8 @@
-// Shared-memory layout of the bwd_sm80 main kernel, included by the kernel and (later) by the
-// host, which needs the byte count to launch and to prune tile candidates without a GPU.
+// The host/device contract of the bwd_sm80 kernels, in one place: the shared-memory layout of
+// the main and convert kernels, and how each of the main kernel's five products splits over the
+// warps. Included by the kernels (config.cuh) and by the host (engine/src/families/bwd_sm80.cpp),
+// which needs the byte counts to launch and both to check tilings and prune candidates without
+// a GPU.
 #pragma once
 
 #include "common/host_device.cuh"
@@ -10,44 +13,83 @@ namespace fj_layout {
 // n8 tiles (the same rule as fa2_sm80's layout).
 constexpr int kBwdHeadDimAlign = 16;
 // 16-bit rows pad by 8 elements (16 bytes): an odd multiple of 16 bytes per row puts the 8 rows
-// one ldmatrix reads in distinct banks.
+// one ldmatrix reads (plain or transposed) in distinct banks, and so the 8 rows of a C-layout
+// store of P or dS.
 constexpr int kBwdRowPad16 = 8;
-// The fp32 dS tile pads each row by 4 words: rows then start in different banks for the
-// scalar stores and loads of the C layout (a first-cut choice, not tuned).
-constexpr int kBwdDsRowPad = 4;
+// Every warp tile side is a whole number of 16-row / 16-column mma steps (an m16 tile, a k16
+// step, or a pair of n8 tiles one ldmatrix.x4 fills).
+constexpr int kBwdMmaSide = 16;
 
 FJ_HOST_DEVICE constexpr int bwd_round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// How many of `warps` warps go along the rows of a rows x cols product (the rest go along its
+// columns): the split whose warp tile has the smallest rows + cols, i.e. the fewest fragment
+// loads from shared memory per mma (A fragments go with the rows, B with the columns); ties go
+// to fewer warps along the rows. Every warp tile side must be a multiple of 16. 0: no split.
+FJ_HOST_DEVICE constexpr int bwd_warps_along_rows(int warps, int rows, int cols) {
+  int best = 0, best_cost = 0;
+  for (int wm = 1; wm <= warps; ++wm) {
+    if (warps % wm != 0) continue;
+    const int wn = warps / wm;
+    if (rows % (kBwdMmaSide * wm) != 0 || cols % (kBwdMmaSide * wn) != 0) continue;
+    const int cost = rows / wm + cols / wn;
+    if (best == 0 || cost < best_cost) best = wm, best_cost = cost;
+  }
+  return best;
+}
 
 struct BwdLayout {
   int dqk;        // padded head dim of Q, K, dQ, dK
   int dv;         // padded head dim of V, O, dO, dV
   int stride_qk;  // shared row stride of the Q and K tiles, in elements
-  int stride_v;   // shared row stride of the V and dO tiles (one stride: dP^T = V.dO^T reads both
-                  // through one WarpGemm instance)
-  int stride_ds;  // row stride of the fp32 dS tile, in floats
-  // Byte offsets of the regions, in order: K, V (live for the whole CTA), Q, dO (one Q block),
-  // dS (fp32), LSE and D (fp32 per query row).
-  int k, v, q, dout, ds, lse, dpsum;
+  int stride_v;   // shared row stride of the V and dO tiles
+  int stride_ps;  // shared row stride of the P and dS tiles ([query row][key], 16-bit)
+  // Warps along the first dimension of each product (the rest go along the second):
+  int sdp_warps_m;  // S = Q K^T and dP = dO V^T: along the Q block's rows (the rest along its keys)
+  int dkv_warps_n;  // dV += P^T dO and dK += dS^T Q: along the keys (the rest along the head dim)
+  int dq_warps_m;   // dQ = dS K: along the Q block's rows (the rest along the head dim)
+  // Byte offsets of the main kernel's regions: K, V (the CTA's keys, live throughout), `stages`
+  // buffers each of Q, dO (one Q block), P, dS (one Q block against the keys), `stages` buffers
+  // each of LSE and D (fp32, one a query row).
+  int k, v, q, dout, p, ds, lse, dpsum;
+  int q_stage, dout_stage, rows_stage;  // bytes from one stage's buffer to the next (Q, dO, LSE/D)
   int smem_bytes;
+  int convert_smem_bytes;  // convert's staging tile: a Q block of dQ in 16 bits, stride_qk a row
 };
 
-// 16-bit inputs only in the first cut (the fp32 path needs tf32 fragment loads; see backward.cu).
-FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int head_dim_qk, int head_dim_v, int block_m, int block_n) {
+// 16-bit inputs only (the fp32 path needs tf32 fragment loads; see backward.cu). `warps` and
+// `stages` (1 or 2 Q/dO buffers) as the tiling's knobs; a split of 0 marks a tiling the warps
+// cannot divide (the host refuses it).
+FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int head_dim_qk, int head_dim_v, int block_m, int block_n, int warps,
+                                              int stages) {
   constexpr int kElemBytes = 2;
+  constexpr int kFloatBytes = 4;
   BwdLayout l{};
   l.dqk = bwd_round_up(head_dim_qk, kBwdHeadDimAlign);
   l.dv = bwd_round_up(head_dim_v, kBwdHeadDimAlign);
   l.stride_qk = l.dqk + kBwdRowPad16;
   l.stride_v = l.dv + kBwdRowPad16;
-  l.stride_ds = block_n + kBwdDsRowPad;
+  l.stride_ps = block_n + kBwdRowPad16;
+  l.sdp_warps_m = bwd_warps_along_rows(warps, block_m, block_n);
+  // dK and dV share the split (one loop of their products): both head dims must divide.
+  l.dkv_warps_n = bwd_warps_along_rows(warps, block_n, l.dqk > l.dv ? l.dqk : l.dv);
+  if (l.dkv_warps_n != 0 && (l.dqk % (kBwdMmaSide * (warps / l.dkv_warps_n)) != 0 ||
+                             l.dv % (kBwdMmaSide * (warps / l.dkv_warps_n)) != 0))
+    l.dkv_warps_n = 0;
+  l.dq_warps_m = bwd_warps_along_rows(warps, block_m, l.dqk);
+  l.q_stage = block_m * l.stride_qk * kElemBytes;
+  l.dout_stage = block_m * l.stride_v * kElemBytes;
+  l.rows_stage = block_m * kFloatBytes;
   l.k = 0;
   l.v = l.k + block_n * l.stride_qk * kElemBytes;
   l.q = l.v + block_n * l.stride_v * kElemBytes;
-  l.dout = l.q + block_m * l.stride_qk * kElemBytes;
-  l.ds = l.dout + block_m * l.stride_v * kElemBytes;
-  l.lse = l.ds + block_m * l.stride_ds * 4;
-  l.dpsum = l.lse + block_m * 4;
-  l.smem_bytes = l.dpsum + block_m * 4;
+  l.dout = l.q + stages * l.q_stage;
+  l.p = l.dout + stages * l.dout_stage;
+  l.ds = l.p + block_m * l.stride_ps * kElemBytes;
+  l.lse = l.ds + block_m * l.stride_ps * kElemBytes;
+  l.dpsum = l.lse + stages * l.rows_stage;
+  l.smem_bytes = l.dpsum + stages * l.rows_stage;
+  l.convert_smem_bytes = block_m * l.stride_qk * kElemBytes;
   return l;
 }
 

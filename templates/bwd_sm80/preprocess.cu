@@ -7,11 +7,11 @@
 // Varlen: blockIdx.z is the sequence; its workspace rows are [z, head] x seqlen_q_rounded (the
 // longest sequence rounded up), so every sequence's span is its own.
 // Sinks: each CTA writes its Q block's term of dL/dsinks to the workspace; convert sums them.
-// Not yet covered (see docs/design/backward.md): fp32 inputs; a vectorized read of O and dO (one
-// element a lane here).
+// Not yet covered (see docs/design/backward.md): fp32 inputs.
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/elem.cuh"
 #include "common/sequence.cuh"
+#include "common/tile_io.cuh"
 
 extern "C" __global__ void __launch_bounds__(fj::bwd::kThreads)
 flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
@@ -24,31 +24,51 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
   const Sequence seq = sequence_of(f, blockIdx.z);
   const long long ws_row0 = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded + m0;
 
-  // D: one warp per row, its lanes striding the head dim; rows past the sequence get 0. With
-  // sinks, lane 0 of each warp also sums its rows' -exp(sink - LSE) * D, the sink's gradient.
+  // D: kRowLanes lanes a row, each reading kVec elements of O and dO an access (16 bytes at
+  // kVec 8, as the main kernel's copies) and striding the row's chunks; rows past the sequence
+  // get 0. The loop runs the same number of passes in every lane (whole-warp shuffles).
+  constexpr int kChunks = kHeadDimV / kVec;  // the host picks kVec dividing the head dims
+  constexpr int kRowLanes = kChunks >= kWarpLanes ? kWarpLanes : pow2_at_least(kChunks);
+  constexpr int kRowsPerPass = kThreads / kRowLanes;
+  using Word = typename BytesOf<kVec * int(sizeof(Elem))>::type;
+  const int sub = lane % kRowLanes;  // this lane's first chunk of its row
+  // With sinks, each row's first lane also sums the row's -exp(sink - LSE) * D, the sink's gradient.
   float dsink = 0.f;
-  for (int r = warp; r < kBlockM; r += kWarps) {
+  for (int base = 0; base < kBlockM; base += kRowsPerPass) {
+    const int r = base + tid / kRowLanes;
     const int row = m0 + r;
     float acc = 0.f;
-    if (row < seq.len_q) {
+    if (r < kBlockM && row < seq.len_q) {
       const Elem* o = row_at(static_cast<const Elem*>(f.o), f.o_stride, seq.batch, seq.q_start + row, head);
       const Elem* d = row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + row, head);
-      for (int c = lane; c < kHeadDimV; c += kWarpLanes)
-        acc += to_float(o[c * f.o_stride[3]]) * to_float(d[c * p.dout_stride[3]]);
+      for (int c = sub; c < kChunks; c += kRowLanes) {
+        // kVec == 1 also honours a non-unit stride along the head dim (common/tile_io.cuh's rule).
+        const Word wo = *reinterpret_cast<const Word*>(o + c * (kVec == 1 ? f.o_stride[3] : kVec));
+        const Word wd = *reinterpret_cast<const Word*>(d + c * (kVec == 1 ? p.dout_stride[3] : kVec));
+        const Elem* eo = reinterpret_cast<const Elem*>(&wo);
+        const Elem* ed = reinterpret_cast<const Elem*>(&wd);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) acc += to_float(eo[e]) * to_float(ed[e]);
+      }
     }
-    acc = warp_sum(acc);
-    if (lane == 0) p.dpsum[ws_row0 + r] = acc;
-    if constexpr (kSinks) {
-      if (lane == 0 && row < seq.len_q) {
-        const float lse = f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]];
-        // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
-        if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;
+#pragma unroll
+    for (int lanes = kRowLanes / 2; lanes > 0; lanes /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
+    if (sub == 0 && r < kBlockM) {
+      p.dpsum[ws_row0 + r] = acc;
+      if constexpr (kSinks) {
+        if (row < seq.len_q) {
+          const float lse = f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]];
+          // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
+          if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;
+        }
       }
     }
   }
   if constexpr (kSinks) {
-    // The block's term, summed in a fixed order (warp by warp): deterministic with no atomics.
+    // The block's term, summed in a fixed order (lanes by a fixed butterfly, then warp by warp):
+    // deterministic with no atomics.
     __shared__ float warp_terms[kWarps];
+    dsink = warp_sum(dsink);
     if (lane == 0) warp_terms[warp] = dsink;
     __syncthreads();
     if (tid == 0 && p.dsinks) {
@@ -60,6 +80,7 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
 
   // The block's dQ accumulator rows, every padded column included (the main kernel's atomics
   // touch only the real ones; convert reads only those).
-  float* accum = p.dq_accum + ws_row0 * kDQK;
-  for (int i = tid; i < kBlockM * kDQK; i += kThreads) accum[i] = 0.f;
+  // float4 stores: a block's kBlockM * kDQK floats start 64-byte aligned (rows and kDQK multiples of 16).
+  float4* accum = reinterpret_cast<float4*>(p.dq_accum + ws_row0 * kDQK);
+  for (int i = tid; i < kBlockM * kDQK / 4; i += kThreads) accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }

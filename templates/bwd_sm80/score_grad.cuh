@@ -1,15 +1,21 @@
-// The backward's recompute of one probability from its raw score, and the score transforms'
-// derivative, on the transposed tile (rows = keys, columns = query rows). The transforms are the
-// forward's own (common/score_tile.cuh), in its order: softcap, then ALiBi, then the mask. The
-// softcap's derivative is taken between the two: with z = cap * tanh(scale * s / cap) - bias,
-// dz/ds = scale * (1 - tanh^2), and the ALiBi bias is a constant (no slope gradient). The
-// scale itself is applied where dQ and dK are formed, as without softcap.
+// The backward's element-wise step between the score products and the gradient products: from
+// a warp's tiles of raw scores S and of dP (m16n8 C layout: rows = query rows, columns = keys),
+// P = exp2(z * scale_log2 - LSE log2 e) and dS = P (dP - D) dz/ds, where z is the forward's
+// transformed score. The transforms are the forward's own (common/score_tile.cuh), in its order:
+// softcap, then ALiBi, then the mask. The softcap's derivative is taken between the two: with
+// z = cap * tanh(scale * s / cap) - bias, dz/ds = scale * (1 - tanh^2), and the ALiBi bias is a
+// constant (no slope gradient). The scale itself is applied where dQ and dK are formed, as
+// without softcap. Both products run before this step, so the factor never needs a register tile.
 #pragma once
 
 #include "bwd_sm80/config.cuh"
+#include "common/row_total.cuh"
 #include "common/score_tile.cuh"
+#include "common/sequence.cuh"
 
 namespace fj::bwd {
+
+FJ_DEVICE float pos_inf() { return __int_as_float(0x7f800000); }
 
 // Replaces the raw score x of (query `row`, key `col`) by its transformed score, in the units
 // exp2 takes after multiplying by `score_scale` (log2 units with softcap), and returns the
@@ -24,6 +30,50 @@ FJ_DEVICE float transform_with_grad(float& x, int row, int col, int offset, cons
   }
   if constexpr (kAlibi) add_alibi(x, row, col, offset, alibi_slope);
   return factor;
+}
+
+// A row's LSE as the exponent wants it: in log2 units, and +inf (P = 0 for every key) for a row
+// past the sequence's end or one that saw no key (the forward wrote -inf: its P would be
+// exp2(-inf + inf) = NaN on the masked keys).
+FJ_DEVICE float lse_log2_of(float lse, int row, const Sequence& seq) {
+  return row >= seq.len_q || lse == neg_inf() ? pos_inf() : lse * kLog2e;
+}
+
+// s (raw scores) becomes P and dp becomes dS, for a warp tile whose thread rows are row_base +
+// mt * 16 + h * 8 (sequence rows; h = 0, 1) and columns key_base + nt * 8 + e (keys; e = 0, 1).
+// lse: each row's lse_log2_of; dsum: each row's D = rowsum(dO * O). kMasked: the tile crosses an
+// edge of the visible keys (tile_needs_mask), so each score is checked against its row's bounds.
+template <bool kMasked, int kMTiles, int kNTiles>
+FJ_DEVICE void scores_to_grads(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],
+                               const float (&lse)[kMTiles][2], const float (&dsum)[kMTiles][2], int row_base,
+                               int key_base, const Sequence& seq, int left, int right, const FjAttentionParams& f,
+                               float alibi_slope) {
+  const float score_scale = kScoresInLog2 ? 1.f : f.scale_log2;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row_base + mt * 16 + h * 8;
+      int lo = 0, hi = 0;
+      if constexpr (kMasked) {
+        row_key_bounds<kCausal, kWindow>(row, seq, left, right, lo, hi);
+        lo -= key_base;  // compared with the tile's own column offsets, which are constants
+        hi -= key_base;
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = nt * 8 + e, key = key_base + c;
+          float& x = s[mt][nt][2 * h + e];
+          const float factor = transform_with_grad(x, row, key, seq.offset(), f, alibi_slope);
+          // Keys left of a row's first are masked only under a window (else it is key 0).
+          if (kMasked && ((kWindow && c < lo) || c > hi)) x = neg_inf();
+          x = exp2_approx(fmaf(x, score_scale, -lse[mt][h]));
+          float& d = dp[mt][nt][2 * h + e];
+          d = x * (d - dsum[mt][h]) * factor;
+        }
+    }
 }
 
 }  // namespace fj::bwd

@@ -1,11 +1,11 @@
-// Which Q blocks a K/V block meets, and the mask on a transposed score tile (rows = keys,
-// columns = query rows). The dual of common/sequence.cuh's key_range; it moves there when a
-// second family needs it. Per-element visibility comes from row_key_bounds, the one definition
+// Which Q blocks a K/V block meets, and which warp tiles of scores need the mask. query_range
+// is the dual of common/sequence.cuh's key_range; it moves there when a second family needs
+// it. Per-element visibility comes from row_key_bounds, the one definition
 // the forward masks with, so the backward cannot disagree with the forward about a key.
 // left/right are the window's sides from the host (right = 0 with causal; unused without a window).
 #pragma once
 
-#include "bwd_sm80/gemm.cuh"
+#include "bwd_sm80/config.cuh"
 #include "common/sequence.cuh"
 
 namespace fj::bwd {
@@ -25,22 +25,17 @@ FJ_DEVICE void query_range(const Sequence& s, int n0, int left, int right, int& 
   if (hi < lo) hi = lo;
 }
 
-// Whether query `row` does not see `key` (past the sequence's end, the causal diagonal, the
-// window): its S^T entry becomes -inf, after the score transforms, as in the forward.
-FJ_DEVICE bool key_hidden(int key, int row, const Sequence& s, int left, int right) {
-  int lo, hi;
-  row_key_bounds<kCausal, kWindow>(row, s, left, right, lo, hi);
-  return row >= s.len_q || key < lo || key > hi;
-}
-
-// Whether any entry of the tile (keys [n0, n0 + kBlockN), rows [m0, m0 + kBlockM)) is masked:
-// past either sequence's end, right of the first row's last key (causal diagonal, window's
-// right side) or left of the last row's first key (window's left side).
-FJ_DEVICE bool tile_needs_mask(int n0, int m0, const Sequence& s, int left, int right) {
-  const bool ends = n0 + kBlockN > s.len_k || m0 + kBlockM > s.len_q;
-  const bool upper = (kCausal || kWindow) && n0 + kBlockN - 1 > m0 + s.offset() + right;
-  const bool lower = kWindow && n0 < m0 + kBlockM - 1 + s.offset() - left;
-  return ends || upper || lower;
+// Whether any score of a warp's tile (keys [key0, key0 + kKeys), query rows [row0, row0 +
+// kRows)) is masked: keys past the sequence's end, right of the first row's last key (causal
+// diagonal, window's right side) or left of the last row's first key (window's left side).
+// Rows past the sequence's end are not masked: their Q and dO load as zeros and their LSE
+// reads as +inf (bwd_sm80/score_grad.cuh), so their P and dS are 0 anyway.
+template <int kRows, int kKeys>
+FJ_DEVICE bool tile_needs_mask(int key0, int row0, const Sequence& s, int left, int right) {
+  const bool end = key0 + kKeys > s.len_k;
+  const bool upper = (kCausal || kWindow) && key0 + kKeys - 1 > row0 + s.offset() + right;
+  const bool lower = kWindow && key0 < row0 + kRows - 1 + s.offset() - left;
+  return end || upper || lower;
 }
 
 }  // namespace fj::bwd

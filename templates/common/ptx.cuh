@@ -52,6 +52,24 @@ FJ_DEVICE void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) {
                : "r"(smem_addr(smem)));
 }
 
+// The same loads from a shared-space address (smem_addr's result plus byte offsets): with the
+// arithmetic in 32 bits, ptxas folds an offset's constant part into the instruction's immediate
+// (pointer arithmetic in 64 bits needs an add and a conversion per load).
+FJ_DEVICE void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+FJ_DEVICE void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// Four bytes to a shared-space address (see ldmatrix_x4_at).
+FJ_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // --- tensor-core products, fp32 accumulators --------------------------------------------------
 FJ_DEVICE void mma_f16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   asm volatile(
@@ -87,10 +105,35 @@ FJ_DEVICE unsigned pack_bf16x2(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+// Single 16-bit values (the backward's preprocess and convert read and write elements one at a time).
+FJ_DEVICE float f16_to_f32(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+  return f;
+}
+// bf16 is the top half of an fp32: widening is a shift.
+FJ_DEVICE float bf16_to_f32(unsigned short h) { return __uint_as_float(unsigned(h) << 16); }
+FJ_DEVICE unsigned short f32_to_f16(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
+FJ_DEVICE unsigned short f32_to_bf16(float f) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(f));
+  return h;
+}
 FJ_DEVICE unsigned to_tf32(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
+}
+
+// --- global reductions ---------------------------------------------------------------------------
+// *p += (a, b, c, d), four consecutive floats (16-byte aligned) in one instruction: sm_90 only
+// (PTX 8.1's vector red).
+FJ_DEVICE void red_add_v4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
 // --- math -----------------------------------------------------------------------------------------

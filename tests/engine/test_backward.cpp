@@ -56,7 +56,7 @@ std::pair<Code, std::string> plan_of(const BackwardArgs& b) {
 }
 
 const KernelFamily& bwd() { return *find_family("bwd_sm80"); }
-Tiling tiling(int m, int n, int w) { return Tiling(bwd().knobs(), {m, n, w}); }
+Tiling tiling(int m, int n, int w, int stages = 1) { return Tiling(bwd().knobs(), {m, n, w, stages}); }
 
 }  // namespace
 
@@ -71,7 +71,7 @@ TEST_CASE("backward: a valid call validates; its semantics are the forward's, LS
   CHECK(p->semantics.vec == 8);
   CHECK(!p->empty);
   auto plan = plan_of(b);
-  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8");  // the wide default on sm_80
+  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8s1");  // FA2's shape; one stage fits sm_80's 163 KB
 }
 
 TEST_CASE("backward: each argument rule is named in its error") {
@@ -248,25 +248,31 @@ TEST_CASE("backward: forward calls never plan the backward family, and the rever
 TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
   const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
   CHECK(bwd().check_tiling(s, tiling(64, 64, 4)).ok());
-  CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 8)).error().message(), "BLOCK_N must be a multiple of 16 x warps"));
+  CHECK(bwd().check_tiling(s, tiling(64, 64, 8, 2)).ok());  // S/dP 2 x 4 warps of 32 x 16, dK/dV and dQ 2 x 4 of 32 x 32
   CHECK(mentions(bwd().check_tiling(s, tiling(40, 64, 4)).error().message(), "BLOCK_M must be a multiple of 16"));
-  CHECK(mentions(bwd().check_tiling(s, tiling(48, 64, 4)).error().message(), "BLOCK_M / 16 and warps must divide"));
-  // More warps than 16-row tiles split dQ's columns: 2 groups of 8 n8 tiles at D = 128 ...
-  CHECK(bwd().check_tiling(s, tiling(64, 128, 8)).ok());
-  CHECK(bwd().check_tiling(s, tiling(32, 128, 8)).ok());
-  // ... but not D = 80's 10 tiles into 4 groups of pairs.
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 40, 4)).error().message(), "BLOCK_N must be a multiple of 16"));
+  // 8 warps cannot tile 64 x 48 scores with sides of whole 16 x 16 steps ...
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 48, 8)).error().message(), "cannot split BLOCK_M x BLOCK_N"));
+  // ... nor D = 80's 32 x 80 dQ (80 = 5 x 16 columns: every warp along the 32 rows).
   const Semantics s80 = validate_backward(make(DType::f16, 80)).value().semantics;
-  CHECK(mentions(bwd().check_tiling(s80, tiling(32, 128, 8)).error().message(), "do not split head dim 80"));
-  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8");
-  CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4");  // 99 KB
+  CHECK(mentions(bwd().check_tiling(s80, tiling(32, 128, 8)).error().message(), "cannot split BLOCK_M x the head dim (dQ)"));
+  CHECK(bwd().check_tiling(s80, tiling(128, 128, 8)).ok());
+  CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 4, 3)).error().message(), "stages must be 1 or 2"));
+  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8s2");
+  CHECK(bwd().default_tiling(Arch::parse("sm_80").value(), s, nullptr).name() == "m64n128w8s1");  // 163 KB
+  CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4s1");   // 99 KB
+  const Semantics s64 = validate_backward(make(DType::f16, 64)).value().semantics;
+  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s64, nullptr).name() == "m128n128w8s2");
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 0)).error().message(), "warps"));
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 256, 4)).error().message(), "at most 128"));
   for (const char* arch : {"sm_80", "sm_86", "sm_90a"}) {
     const Arch a = Arch::parse(arch).value();
-    const auto candidates = bwd().candidate_tilings(a, s);
-    CHECK(!candidates.empty());
-    for (const Tiling& t : candidates) CHECK(check_variant({"bwd_sm80", s, t}, a).ok());
-    CHECK(check_variant({"bwd_sm80", s, bwd().default_tiling(a, s, nullptr)}, a).ok());
+    for (const Semantics& sem : {s, s64, s80}) {
+      const auto candidates = bwd().candidate_tilings(a, sem);
+      CHECK(!candidates.empty());
+      for (const Tiling& t : candidates) CHECK(check_variant({"bwd_sm80", sem, t}, a).ok());
+      CHECK(check_variant({"bwd_sm80", sem, bwd().default_tiling(a, sem, nullptr)}, a).ok());
+    }
   }
 }
 
@@ -286,7 +292,10 @@ TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {
     CHECK(plan.kernels[i].entry == i);
     CHECK(plan.kernels[i].grid.y == 3);
     CHECK(plan.kernels[i].grid.z == 2);
-    CHECK(plan.kernels[i].block.x == 128);
+    CHECK(plan.kernels[i].block.x == 128);  // convert reads dQ back in the main kernel's thread order
+    // main: K, V, Q, dO, P, dS (64 rows of 64 + 8 16-bit elements each), LSE and D (64 floats each);
+    // convert: one Q block of dQ in 16 bits; preprocess none.
+    CHECK(plan.kernels[i].smem_bytes == (i == 0 ? 0 : i == 1 ? 6 * 64 * 72 * 2 + 2 * 64 * 4 : 64 * 72 * 2));
     const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[i].params.bytes);
     CHECK(bp->seqlen_q_rounded == 128);
     CHECK(bp->fwd.lse == b.forward.lse->data);

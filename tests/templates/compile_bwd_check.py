@@ -141,47 +141,62 @@ def resources(log):
 
 
 # engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128}, 4 or 8
-# warps, each warp a multiple of 16 keys, the query phase's warps over 16-row tiles (and dQ's
-# columns when there are more warps than tiles), and at most kMaxAccumulators fp32 key-phase
-# accumulators a thread (S^T, dP^T, dK, dV).
+# warps, 1 or 2 stages, every product's warp split (templates/bwd_sm80/layout.cuh's
+# bwd_warps_along_rows) whole 16 x 16 steps, at most MAX_ACCUMULATORS fp32 accumulators a thread
+# (dK, dV, S, dP) and, with a window, softcap, ALiBi, varlen or kv_lens, at most
+# MAX_SCORE_REGISTERS_WITH_EDITS of S and dP. Shared memory is not checked: sm_90a's 227 KB fits every candidate.
 MAX_ACCUMULATORS = 192
-MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap or ALiBi
+MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap, ALiBi, varlen or kv_lens
 
 
-SPILLING_HEAD_DIM = 112  # kSpillingHeadDim: 32 x 32 on 2 warps only
+def warps_along_rows(warps, rows, cols):
+    """layout.cuh's bwd_warps_along_rows: the split with the smallest warp tile rows + cols."""
+    best, best_cost = 0, 0
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if rows % (16 * wm) or cols % (16 * wn):
+            continue
+        cost = rows // wm + cols // wn
+        if best == 0 or cost < best_cost:
+            best, best_cost = wm, cost
+    return best
+
+
+def splits(d, bm, bn, w):
+    d_pad = (d + 15) // 16 * 16
+    return warps_along_rows(w, bm, bn) and warps_along_rows(w, bn, d_pad) and warps_along_rows(w, bm, d_pad)
 
 
 def candidate_tilings(d, feats):
-    if (d + 15) // 16 * 16 == SPILLING_HEAD_DIM:
-        return [(32, 32, 2)]
     out = []
+    d_pad = (d + 15) // 16 * 16
+    edits = any(feats.get(k) for k in ("window", "softcap", "alibi", "varlen", "kv_lens"))
     for bm in (64, 128):
         for bn in (64, 128):
             for w in (4, 8):
-                if bn % (16 * w) or bm % 16:
-                    continue
-                # Query phase: warps split the Q block's 16-row tiles, or those and dQ's columns
-                # into groups of whole pairs of n8 tiles.
-                row_warps = min(w, bm // 16)
-                if (bm % (16 * w) if bm // 16 >= w else w % row_warps):
-                    continue
-                if ((d + 15) // 16 * 16 // 8) % (2 * (w // row_warps)):
-                    continue
-                key_tiles = bn // w // 16
-                edits = any(feats.get(k) for k in ("window", "softcap", "alibi"))
-                if edits and 2 * key_tiles * bm // 8 * 4 > MAX_SCORE_REGISTERS_WITH_EDITS:
-                    continue
-                d_pad = (d + 15) // 16 * 16
-                if key_tiles * 4 * (2 * d_pad // 8 + 2 * bm // 8) <= MAX_ACCUMULATORS:
-                    out.append((bm, bn, w))
+                for st in (1, 2):
+                    if not splits(d, bm, bn, w):
+                        continue
+                    threads = 32 * w
+                    scores = 2 * bm * bn // threads
+                    if edits and scores > MAX_SCORE_REGISTERS_WITH_EDITS:
+                        continue
+                    if (bn * 2 * d_pad + 2 * bm * bn) // threads <= MAX_ACCUMULATORS:
+                        out.append((bm, bn, w, st))
     return out
 
 
 def default_tiling(d, feats):
-    """bwd_sm80.cpp's default_tiling on sm_80 and newer (shared memory aside: both archs here fit)."""
-    if (d + 15) // 16 * 16 == SPILLING_HEAD_DIM:
-        return (32, 32, 2)
-    return (64, 128, 8) if (64, 128, 8) in candidate_tilings(d, feats) else (64, 64, 4)
+    """bwd_sm80.cpp's default_tiling on sm_90a (shared memory aside: it fits every candidate)."""
+    cands = candidate_tilings(d, feats)
+    narrow = (d + 15) // 16 * 16 <= 64
+    preferred = ([(128, 128, 8, 2)] if narrow else []) + [(64, 128, 8, 2), (64, 64, 4, 2)]
+    for t in preferred:
+        if t in cands:
+            return t
+    return cands[0]
 
 
 # Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
@@ -194,13 +209,13 @@ HEAD_DIMS = (1, 33, 40, 64, 72, 96, 112, 128)  # every padded width but 32: the 
 
 def variants(quick):
     def one(dtype, d, mask, feats, tag, tiling):
-        bm, bn, w = tiling
+        bm, bn, w, st = tiling
         # The widest access dividing the head dim, as the host's widest_vec picks for dense views.
         vec = next(v for v in (8, 4, 2, 1) if d % v == 0)
         sem = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask, "vec": vec}
         sem.update(feats)
-        return (sem, [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w)],
-                "bwd_sm80_%s_d%d_%s%s_m%dn%dw%d" % (dtype, d, mask, tag, bm, bn, w))
+        return (sem, [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w), ("kStages", st)],
+                "bwd_sm80_%s_d%d_%s%s_m%dn%dw%ds%d" % (dtype, d, mask, tag, bm, bn, w, st))
 
     for dtype in ("f16", "bf16"):
         for mask in ("none", "causal"):

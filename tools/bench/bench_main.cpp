@@ -1,5 +1,6 @@
-// flashjit-bench: times forward variants with CUDA events on the prefill grid of anchors.md
-// (B*S tokens and Hq*D fixed, so every shape moves the same bytes) and prints TFLOP/s.
+// flashjit-bench: times forward variants (or, with --pass backward, backward variants) with CUDA
+// events on the prefill grid of anchors.md (B*S tokens and Hq*D fixed, so every shape moves the
+// same bytes) and prints TFLOP/s (the backward counted as 2.5 forwards, as FlashAttention does).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -45,6 +46,13 @@ Result<KernelVariant> variant_for(const Engine& engine, const AttentionArgs& arg
   return plan->variant;
 }
 
+// What a backward case runs: the variant backward() picks on `arch`.
+Result<KernelVariant> backward_variant(const Engine& engine, const BackwardArgs& args, const Arch& arch) {
+  auto plan = engine.plan_backward(args, arch.name());
+  if (!plan.ok()) return std::move(plan).error();
+  return plan->variant;
+}
+
 // What --tilings names for `variant`: its own tiling (default), every candidate of its family
 // (all), or a comma-separated list of that family's tilings.
 Result<std::vector<Tiling>> tilings_to_time(const std::string& tilings, const KernelVariant& variant, const Arch& arch) {
@@ -70,7 +78,7 @@ int usage_error(const std::string& message) {
 int run(int argc, char** argv) {
   CLI::App app{"flashjit-bench: time forward attention variants (CUDA events, warm-up, median)", "flashjit-bench"};
   std::vector<int> dims{64, 128}, seqs{4096, 16384};
-  std::string dtype = "f16", tilings = "default", json_path, causal = "both", family_name;
+  std::string dtype = "f16", tilings = "default", json_path, causal = "both", family_name, pass = "forward";
   int tokens = 16384, hidden = 2048, group = 1, warmup = 5, reps = 20;
   // Every count below divides or bounds a loop: each must be at least 1 (--warmup at least 0).
   app.add_option("--dims", dims, "head dims, comma separated")->delimiter(',')->check(tools::at_least(1))->capture_default_str();
@@ -89,6 +97,9 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--family", family_name, "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90, ...)")
       ->check(tools::one_of(kernel_family_names()));
+  app.add_option("--pass", pass, "forward, or backward (dq, dk, dv from the forward's o and lse; --family is ignored)")
+      ->check(tools::one_of({"forward", "backward"}))
+      ->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->check(tools::at_least(0))->capture_default_str();
   app.add_option("--reps", reps, "timed calls; the median is reported")->check(tools::at_least(1))->capture_default_str();
   app.add_option("--json", json_path, "also write results as JSON to this file");
@@ -97,6 +108,7 @@ int run(int argc, char** argv) {
       ->delimiter(',')
       ->expected(2);
   app.callback([&] {
+    if (pass == "backward" && !window.empty()) throw CLI::ValidationError("--window", "is not timed for --pass backward");
     for (int d : dims)
       if (query_heads(hidden, d) % group != 0)
         throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
@@ -117,6 +129,8 @@ int run(int argc, char** argv) {
 
   tools::CaseSpec base;
   if (!window.empty()) base.window = Window{window[0], window[1]};
+  const bool backward = pass == "backward";
+  base.lse = backward;  // the backward reads the forward's LSE
   // --dtype is one of these four (checked as parsed).
   if (dtype == "f16") base.dtype = DType::f16;
   else if (dtype == "bf16") base.dtype = DType::bf16;
@@ -141,25 +155,48 @@ int run(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", c.error().to_string().c_str());
         return tools::kExitFailed;
       }
+      // Backward: gradients in [B, S, H, D] buffers of their own; dO is q (random, the same shape).
+      std::vector<tools::DeviceBuffer> grads;
+      if (backward)
+        for (std::int64_t heads : {spec.heads_q, spec.heads_kv, spec.heads_kv}) {
+          auto buf = tools::DeviceBuffer::allocate(gpu->driver(), std::size_t(spec.batch * s * heads * d) * dtype_size(base.dtype));
+          if (!buf.ok()) return std::fprintf(stderr, "%s\n", buf.error().to_string().c_str()), tools::kExitFailed;
+          grads.push_back(std::move(buf).value());
+        }
       for (bool m : masks) {
         AttentionArgs args = c->args();
         args.mask = m ? Mask::causal : Mask::none;
         spec.mask = args.mask;
-        auto planned = variant_for(*engine, args, arch, family_name);
+        BackwardArgs bargs;
+        if (backward) {
+          if (auto st = engine->forward(args); !st.ok())
+            return std::fprintf(stderr, "%s\n", st.error().to_string().c_str()), tools::kExitFailed;
+          bargs.forward = args;
+          bargs.dout = args.q;
+          bargs.dq = TensorView::bshd(grads[0].ptr(), base.dtype, spec.batch, s, spec.heads_q, d);
+          bargs.dk = TensorView::bshd(grads[1].ptr(), base.dtype, spec.batch, s, spec.heads_kv, d);
+          bargs.dv = TensorView::bshd(grads[2].ptr(), base.dtype, spec.batch, s, spec.heads_kv, d);
+        }
+        auto planned = backward ? backward_variant(*engine, bargs, arch) : variant_for(*engine, args, arch, family_name);
         if (!planned.ok() && !family_name.empty()) return usage_error("--family: " + planned.error().message());
         if (!planned.ok()) return std::fprintf(stderr, "%s\n", planned.error().to_string().c_str()), tools::kExitFailed;
         const KernelVariant& variant = planned.value();
         auto list = tilings_to_time(tilings, variant, arch);
         if (!list.ok()) return usage_error("--tilings: " + list.error().message());
         for (const Tiling& t : list.value()) {
-          auto ms = tools::time_ms(gpu->driver(), [&](int) { return engine->forward_with_tiling(args, t); }, warmup, reps);
-          const double flops = spec.window ? visited_flops(spec, tile_shape(t).value()) : tools::attention_flops(spec);
+          auto ms = tools::time_ms(
+              gpu->driver(),
+              [&](int) { return backward ? engine->backward_with_tiling(bargs, t) : engine->forward_with_tiling(args, t); },
+              warmup, reps);
+          constexpr double kBackwardFlops = 2.5;  // five products of the forward's two's size
+          const double flops = spec.window ? visited_flops(spec, tile_shape(t).value())
+                                           : tools::attention_flops(spec) * (backward ? kBackwardFlops : 1.0);
           const double tflops = ms.ok() ? flops / (ms.value() * 1e-3) / 1e12 : 0;
           std::printf("%-5d %-6d %-6s %-4lld %-14s %9.3f %9.1f%s\n", d, s, m ? "yes" : "no", (long long)spec.batch,
                       t.name().c_str(), ms.ok() ? ms.value() : 0.0, tflops, t == variant.tiling ? "  (default)" : "");
           if (!ms.ok()) std::printf("      failed: %s\n", ms.error().to_string().c_str());
           std::fflush(stdout);
-          results.push_back({{"D", d}, {"S", s}, {"B", spec.batch}, {"H", spec.heads_q}, {"H_kv", spec.heads_kv}, {"causal", m},
+          results.push_back({{"pass", pass}, {"D", d}, {"S", s}, {"B", spec.batch}, {"H", spec.heads_q}, {"H_kv", spec.heads_kv}, {"causal", m},
                              {"dtype", dtype}, {"tiling", t.name()}, {"default", t == variant.tiling},
                              {"ms", ms.ok() ? ms.value() : -1}, {"tflops", tflops}});
         }

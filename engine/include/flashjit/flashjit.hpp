@@ -261,6 +261,8 @@ class Engine {
   // main pass, dq's conversion), all on `stream`, capturable into a CUDA graph once warm.
   // Validates everything first; on error nothing is written.
   Status backward(const BackwardArgs& args, CUstream stream = nullptr);
+  // backward() with an explicit tiling of a backward family (benchmarks): see forward_with_tiling.
+  Status backward_with_tiling(const BackwardArgs& args, const Tiling& tiling, CUstream stream = nullptr);
 
   // Bytes of workspace backward() takes for these arguments on `stream`'s GPU (the size of a
   // caller's BackwardArgs::workspace). Plans as backward() would (compiling if not cached).

@@ -1,5 +1,5 @@
 // Host side of the bwd_sm80 family (templates/bwd_sm80/): the backward pass on sm_80 tensor
-// cores. Knobs, tile rules, what the first cut refuses, its workspace, and the launch plan:
+// cores. Knobs, tile rules, what the family refuses, its workspace, and the launch plan:
 // three kernels of one module on one stream —
 //   preprocess: a CTA per (BLOCK_M query rows, head, batch): D = rowsum(dO * O), dQ accumulator zeroed;
 //   main:       a CTA per (BLOCK_N keys, KV head, batch), looping over the q-heads of its GQA group:
@@ -16,63 +16,52 @@
 namespace flashjit {
 namespace {
 
-// The speed-only knobs, declared once: names, tuning-result JSON and kernel constants.
-enum BwdKnob { kBlockM, kBlockN, kWarps };
+// The speed-only knobs, declared once: names, tuning-result JSON and kernel constants. How each
+// product splits over the warps follows from them (templates/bwd_sm80/layout.cuh's rule).
+enum BwdKnob { kBlockM, kBlockN, kWarps, kStages };
 const KnobTable kKnobs{"bwd_sm80",
                        {{"block_m", "m", "kBlockM", "query rows per Q block: longer dK/dV products, more score registers"},
                         {"block_n", "n", "kBlockN", "keys per CTA: more reuse of each Q block, more dK/dV registers, fewer CTAs"},
-                        {"warps", "w", "kWarps", "warps per CTA, splitting its keys (key phase) and the Q block's rows (query phase)"}}};
+                        {"warps", "w", "kWarps", "warps per CTA; each product splits them into its own 2-D grid of warp tiles"},
+                        {"stages", "s", "kStages", "Q/dO buffers: 2 copies the next Q block under this one's products"}}};
 
-constexpr int kMmaRows = 16;    // rows of one mma tile: each warp owns a multiple of it in both phases
-constexpr int kMaxWarps = 8;    // 256 threads keep 255 registers a thread available
-constexpr int kMaxBlock = 128;  // BLOCK_M or BLOCK_N past this leaves no register room for dK and dV
-constexpr int kPriority = 100;  // the only backward family so far
-// fp32 accumulators a thread holds in the key phase (S^T, dP^T, dK, dV) that candidates may
-// reach: D = 128 at 64x64 on 4 warps holds 192 and compile_bwd_check.py sees no spills there.
+constexpr int kMmaSide = fj_layout::kBwdMmaSide;  // every warp tile side: whole 16-row / 16-column mma steps
+constexpr int kMaxWarps = 8;     // 256 threads keep 255 registers a thread available
+constexpr int kMaxBlock = 128;   // BLOCK_M or BLOCK_N past this leaves no register room for the tiles
+constexpr int kMaxStages = 2;    // the next Q block in flight under this one: deeper buys nothing per step
+constexpr int kPriority = 100;   // the only backward family so far
+constexpr int kThreadsPerWarp = 32;
+// fp32 accumulators a thread holds at the main kernel's peak: dK and dV (for the whole loop)
+// plus S and dP (phase 1; dQ's tile in phase 2 is smaller in every candidate). 64x128 on 8 warps
+// at D = 128 and 128x128 on 8 warps at D = 64 (FlashAttention-2's shapes) hold 192.
 constexpr int kMaxAccumulators = 192;
-// The widest head dim: past it dK + dV of one warp's 16 keys (2 * D / 8 * 4 fp32 registers a
-// thread, 256 at D = 256) leave no room for S^T and dP^T; wider needs the head dim split across
-// warps (docs/design/backward.md).
+// The widest head dim: past it dK + dV of BLOCK_N keys (BLOCK_N * 2 * D / threads fp32
+// registers a thread, 256 at D = 256 with 128 keys on 8 warps) leave no room for S and dP;
+// wider needs smaller key blocks or dK/dV kept in shared memory (docs/design/backward.md).
 constexpr int kMaxHeadDim = 128;
-// S^T and dP^T registers a thread may hold (2 * key tiles * BLOCK_M / 8 * 4) with a window,
-// softcap or ALiBi: the element-wise pass that applies them and forms P^T and dS^T spills at 128
-// with all of them on (BLOCK_M = 128 at D = 40 and 64; BLOCK_N = 128 on 4 warps at D = 1;
-// sm_80 and sm_90a, compile_bwd_check.py) though the accumulator count fits.
+// S and dP registers a thread may hold (2 * BLOCK_M * BLOCK_N / threads) with a window, softcap,
+// ALiBi, varlen or kv_lens: the element-wise pass forms P and dS with both tiles and dK, dV live,
+// and their per-element work or per-sequence bounds need the room. 128x128 on 8 warps at D = 64
+// (128 of them) spills 8-88 bytes with varlen or kv_lens alone (compile_bwd_check.py, sm_90a).
 constexpr int kMaxScoreRegistersWithEdits = 64;
-// The least shared memory: one warp's 16 keys and 16 rows.
-const Tiling kSmallest(kKnobs, {kMmaRows, kMmaRows, 1});
-// 64x64 on 4 warps: the design's first-cut default (every warp 16 keys and 16 rows), where the
-// wide tiling does not fit or split.
-const Tiling kDefault(kKnobs, {64, 64, 4});
-// 128 keys on 8 warps against Q blocks of 64 rows (FlashAttention-2's shape at D = 128): each
-// warp's key-phase registers are the first cut's, while each Q and dO block loaded, each LSE
-// read and each dQ atomic serve twice the keys. The query phase splits dQ's columns in two.
-const Tiling kWide(kKnobs, {64, 128, 8});
-// The padded head dim (D 97-112) at which ptxas spills the main kernel at 64x64 on 4 warps (12-24
-// bytes with no feature, sm_80, compile_bwd_check.py) though D = 128 does not: it gets 32x32 on 2
-// warps, which fits with every feature on (250 registers), and no other candidate.
-constexpr int kSpillingHeadDim = 112;
-const Tiling kNarrow(kKnobs, {32, 32, 2});
-bool spills_at_default(const Semantics& s) {
-  return fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign) == kSpillingHeadDim;
+// The least shared memory: one warp, 16 rows and 16 keys, one stage.
+const Tiling kSmallest(kKnobs, {kMmaSide, kMmaSide, 1, 1});
+
+fj_layout::BwdLayout layout_of(const Semantics& s, const Tiling& t) {
+  return fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN], t[kWarps], t[kStages]);
 }
+
+int threads(const Tiling& t) { return t[kWarps] * kThreadsPerWarp; }
 
 int accumulators(const Semantics& s, const Tiling& t) {
-  const int key_tiles = t[kBlockN] / t[kWarps] / kMmaRows;
-  constexpr int kPerN8Tile = 4;  // an m16n8 fp32 tile is 4 registers a thread
-  const fj_layout::BwdLayout l = fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
-  return key_tiles * kPerN8Tile * ((l.dqk + l.dv) / 8 + 2 * t[kBlockM] / 8);  // padded head dims: what the mma tiles hold
+  const fj_layout::BwdLayout l = layout_of(s, t);  // padded head dims: what the mma tiles hold
+  return (t[kBlockN] * (l.dqk + l.dv) + 2 * t[kBlockM] * t[kBlockN]) / threads(t);
 }
 
-// The S^T and dP^T tiles of the key phase, in fp32 registers a thread.
-int score_registers(const Tiling& t) {
-  constexpr int kPerN8Tile = 4;
-  return 2 * (t[kBlockN] / t[kWarps] / kMmaRows) * (t[kBlockM] / 8) * kPerN8Tile;
-}
+// The S and dP tiles of phase 1, in fp32 registers a thread.
+int score_registers(const Tiling& t) { return 2 * t[kBlockM] * t[kBlockN] / threads(t); }
 
-int smem_bytes(const Semantics& s, const Tiling& t) {
-  return fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]).smem_bytes;
-}
+int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).smem_bytes; }
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
 // seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded]. Rows are
@@ -121,43 +110,53 @@ class BwdSm80 final : public KernelFamilyBase {
   Status check_tiling(const Semantics& s, const Tiling& t) const override {
     FJ_TRY(check_table(t));
     if (t[kWarps] < 1 || t[kWarps] > kMaxWarps) return broken(t, "warps must be in [1, 8]");
-    if (t[kBlockN] < kMmaRows || t[kBlockN] > kMaxBlock || t[kBlockN] % (kMmaRows * t[kWarps]))
-      return broken(t, "BLOCK_N must be a multiple of 16 x warps, at most 128 (each warp takes 16-key tiles)");
-    if (t[kBlockM] < kMmaRows || t[kBlockM] > kMaxBlock || t[kBlockM] % kMmaRows)
-      return broken(t, "BLOCK_M must be a multiple of 16, at most 128 (warps take 16-row tiles of dQ)");
-    // The query phase's warps: one per 16-row tile group, or, with more warps than 16-row tiles,
-    // column groups of dQ, each a whole number of pairs of n8 tiles (templates/bwd_sm80/config.cuh).
-    const int row_warps = std::min(t[kWarps], t[kBlockM] / kMmaRows);
-    if (t[kBlockM] / kMmaRows >= t[kWarps] ? t[kBlockM] % (kMmaRows * t[kWarps]) != 0 : t[kWarps] % row_warps != 0)
-      return broken(t, "BLOCK_M / 16 and warps must divide one another (warps split the Q block's 16-row tiles, or its "
-                       "tiles and dQ's columns)");
-    const int col_warps = t[kWarps] / row_warps;
-    const int dqk_tiles = fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign) / 8;
-    if (dqk_tiles % (2 * col_warps) != 0)
-      return broken(t, std::to_string(col_warps) + " column groups of warps do not split head dim " +
-                           std::to_string(s.head_dim_qk) + "'s dQ into pairs of 8-column tiles");
+    if (t[kStages] < 1 || t[kStages] > kMaxStages) return broken(t, "stages must be 1 or 2 (Q/dO buffers)");
+    for (int knob : {kBlockM, kBlockN})
+      if (t[knob] < kMmaSide || t[knob] > kMaxBlock || t[knob] % kMmaSide)
+        return broken(t, std::string(knob == kBlockM ? "BLOCK_M" : "BLOCK_N") +
+                             " must be a multiple of 16, at most 128 (warp tiles are whole 16 x 16 mma steps)");
+    // Each product splits the warps into a 2-D grid of warp tiles whose sides are multiples of 16
+    // (templates/bwd_sm80/layout.cuh picks the split; config.cuh asserts the same).
+    const fj_layout::BwdLayout l = layout_of(s, t);
+    const char* product = !l.sdp_warps_m ? "BLOCK_M x BLOCK_N (S and dP)"
+                          : !l.dkv_warps_n ? "BLOCK_N x the head dim (dK and dV)"
+                          : !l.dq_warps_m ? "BLOCK_M x the head dim (dQ)"
+                                          : nullptr;
+    if (product)
+      return broken(t, std::to_string(t[kWarps]) + " warps cannot split " + product + " at head dim " +
+                           std::to_string(s.head_dim_qk) + " into warp tiles of whole 16 x 16 mma steps");
     return {};
   }
 
   int min_smem_bytes(const Semantics& s) const override { return smem_bytes(s, kSmallest); }
 
-  // The wide tiling where it splits the head dim and fits (D = 128: 135.5 KB: sm_80, sm_90;
-  // not sm_86's 99 KB), else the first cut's (87.5 KB at D = 128), else the smallest.
+  // FlashAttention-2's shapes where they fit and split the head dim: 128x128 on 8 warps for
+  // padded head dims up to 64, 64x128 on 8 warps above (170.5 KB at D = 128 with two stages:
+  // sm_90), else 64x64 on 4 warps (sm_86/89's 99 KB); two stages before one (the next Q block's
+  // copies under this one's products), else the first candidate that fits, else the smallest.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
-    if (spills_at_default(s)) return kNarrow;
-    if (fits(arch, s, kWide)) return kWide;
-    return smem_bytes(s, kDefault) <= arch_smem_limit(arch) ? kDefault : kSmallest;
+    const bool narrow = fj_layout::bwd_round_up(std::max(s.head_dim_qk, s.head_dim_v), fj_layout::kBwdHeadDimAlign) <= 64;
+    std::vector<Tiling> preferred;
+    for (int stages : {2, 1}) {
+      if (narrow) preferred.push_back(Tiling(kKnobs, {128, 128, 8, stages}));
+      preferred.push_back(Tiling(kKnobs, {64, 128, 8, stages}));
+    }
+    for (int stages : {2, 1}) preferred.push_back(Tiling(kKnobs, {64, 64, 4, stages}));
+    for (const Tiling& t : preferred)
+      if (fits(arch, s, t)) return t;
+    const std::vector<Tiling> any = candidate_tilings(arch, s);
+    return any.empty() ? kSmallest : any.front();
   }
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     std::vector<Tiling> out;
-    if (spills_at_default(s)) return {kNarrow};
     for (int bm : {64, 128})
       for (int bn : {64, 128})
-        for (int w : {4, 8}) {
-          const Tiling t(kKnobs, {bm, bn, w});
-          if (fits(arch, s, t)) out.push_back(t);
-        }
+        for (int w : {4, 8})
+          for (int stages : {1, 2}) {
+            const Tiling t(kKnobs, {bm, bn, w, stages});
+            if (fits(arch, s, t)) out.push_back(t);
+          }
     return out;
   }
 
@@ -166,7 +165,7 @@ class BwdSm80 final : public KernelFamilyBase {
  private:
   // A tiling that is valid for `s`, fits the arch's shared memory and the register rules.
   bool fits(const Arch& arch, const Semantics& s, const Tiling& t) const {
-    const bool score_edits = s.window || s.softcap || s.alibi;
+    const bool score_edits = s.window || s.softcap || s.alibi || s.varlen || s.kv_lens;
     return check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
            accumulators(s, t) <= kMaxAccumulators && !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits);
   }
@@ -174,7 +173,8 @@ class BwdSm80 final : public KernelFamilyBase {
  public:
 
   std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
-    return {{"flashjit_bwd_preprocess", 0}, {"flashjit_bwd_main", smem_bytes(v.semantics, v.tiling)}, {"flashjit_bwd_convert", 0}};
+    const fj_layout::BwdLayout l = layout_of(v.semantics, v.tiling);
+    return {{"flashjit_bwd_preprocess", 0}, {"flashjit_bwd_main", l.smem_bytes}, {"flashjit_bwd_convert", l.convert_smem_bytes}};
   }
 
   Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, WorkspaceSource& workspace,
@@ -225,8 +225,9 @@ class BwdSm80 final : public KernelFamilyBase {
     // Entries in entry_points()' order; with no keys, convert writes dq = 0 from the zeroed accumulator.
     // preprocess and convert work per q-head; main per KV head (it walks the group's q-heads).
     if (m_blocks > 0) add(0, m_blocks, p.shape.heads_q, 0);
-    if (n_blocks > 0) add(1, n_blocks, p.shape.heads_kv, smem_bytes(v.semantics, t));
-    if (m_blocks > 0) add(2, m_blocks, p.shape.heads_q, 0);
+    const fj_layout::BwdLayout l = layout_of(v.semantics, t);
+    if (n_blocks > 0) add(1, n_blocks, p.shape.heads_kv, l.smem_bytes);
+    if (m_blocks > 0) add(2, m_blocks, p.shape.heads_q, l.convert_smem_bytes);
     return {};
   }
 };

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Runs the bwd_sm80 kernels on the CPU, fragments and all, against float64 gradients.
+
+No GPU here: each variant's rendered source (compile_bwd_check.py's render, the engine's
+render_source) is compiled as host C++ with tests/templates/emu/ standing in for CUDA (a fiber
+per thread, __syncthreads and the warp-collective ldmatrix / mma / shuffles as barriers whose
+last arriver computes every lane's result from the instruction's definition) and run on small
+odd shapes by tests/templates/emu/bwd_emu_main.cpp, which fills the kernels' params as the
+engine does and compares dq, dk, dv (and dsinks) with float64 gradients: the same 4x-rounding
+bound as tests/gpu/test_backward.cpp. This checks the kernels' index arithmetic (warp tiles,
+ldmatrix addresses, the dQ accumulator's register order and convert's inverse, the masks, the
+stage buffers' reuse, the walk), not their speed or the real instructions' rounding.
+
+Usage: python3 tests/templates/bwd_emulate.py [--quick] [--filter SUBSTRING] [-j N]
+Exit status 0 when every case passes.
+"""
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import compile_bwd_check  # noqa: E402  (render(): the engine's source rendering, mirrored)
+
+EMU = os.path.join(HERE, "emu")
+
+
+def prepare_templates(tmp):
+    """templates/ with the emulation's common/ptx.cuh, and `extern __shared__` (dynamic shared
+    memory, one global buffer here) apart from `__shared__` (a CTA's static arrays: `static`)."""
+    dst = os.path.join(tmp, "templates")
+    shutil.copytree(os.path.join(ROOT, "templates"), dst)
+    for dirpath, _, files in os.walk(dst):
+        for f in files:
+            if f.endswith((".cu", ".cuh")):
+                path = os.path.join(dirpath, f)
+                text = open(path).read()
+                if "extern __shared__" in text:
+                    open(path, "w").write(text.replace("extern __shared__", "extern"))
+    shutil.copy(os.path.join(EMU, "common", "ptx.cuh"), os.path.join(dst, "common", "ptx.cuh"))
+    return dst
+
+
+# (name, semantics, tiling (BLOCK_M, BLOCK_N, warps, stages), arch, run arguments)
+def cases(quick):
+    def sem(dtype, d, mask, **feats):
+        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask,
+             "vec": next(v for v in (8, 4, 2, 1) if d % v == 0)}
+        s.update(feats)
+        return s
+
+    out = []
+    # The defaults (FlashAttention-2's shapes), both dQ accumulator orders, both stage counts.
+    for dtype, d, mask in (("f16", 64, "none"), ("bf16", 128, "causal"), ("f16", 128, "none"), ("bf16", 64, "causal")):
+        t = (128, 128, 8, 2) if d <= 64 else (64, 128, 8, 2)
+        out.append(("%s d%d %s %s" % (dtype, d, mask, t), sem(dtype, d, mask), t, 900, {}))
+    out.append(("f16 d64 causal sq>sk sm80 order", sem("f16", 64, "causal"), (128, 128, 8, 1), 800,
+                {"sq": 130, "sk": 77}))
+    out.append(("bf16 d128 none 64x64w4 s1", sem("bf16", 128, "none"), (64, 64, 4, 1), 800, {}))
+    if quick:
+        return out
+    out += [
+        ("f16 d64 gqa 4:1", sem("f16", 64, "none", gqa=True), (64, 128, 8, 2), 900, {"hq": 4, "hkv": 1, "b": 1}),
+        ("bf16 d128 causal window 20,0", sem("bf16", 128, "causal", window=True), (64, 128, 8, 2), 900,
+         {"left": 20, "right": 0}),
+        ("f16 d64 window 16,8", sem("f16", 64, "none", window=True), (64, 128, 8, 2), 900, {"left": 16, "right": 8}),
+        ("f16 d64 softcap", sem("f16", 64, "none", softcap=True), (64, 128, 8, 2), 900, {"softcap": 5, "scale": 1}),
+        ("f16 d64 causal alibi", sem("f16", 64, "causal", alibi=True), (64, 128, 8, 2), 900, {}),
+        ("bf16 d96 all", sem("bf16", 96, "causal", gqa=True, window=True, softcap=True, alibi=True), (64, 64, 4, 2), 900,
+         {"hq": 4, "hkv": 2, "b": 1, "left": 30, "softcap": 20, "scale": 1}),
+        ("f16 d40 odd", sem("f16", 40, "causal"), (64, 64, 4, 2), 900, {}),
+        ("bf16 d112", sem("bf16", 112, "none"), (64, 64, 4, 2), 900, {}),
+        ("f16 d33 narrow copies", sem("f16", 33, "none"), (64, 64, 4, 1), 800, {}),
+        ("bf16 d64 varlen", sem("bf16", 64, "causal", varlen=True), (64, 128, 8, 2), 900,
+         {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
+        ("f16 d128 kv_lens", sem("f16", 128, "none", kv_lens=True), (64, 128, 8, 2), 900, {"kv_lens": "100,3"}),
+        ("bf16 d64 sinks", sem("bf16", 64, "causal", sinks=True), (64, 128, 8, 2), 900, {"sq": 130, "sk": 77}),
+    ]
+    return out
+
+
+def build_and_run(case, templates, tmp, nvrtc_free=True):
+    name, semantics, tiling, arch, run_args = case
+    tag = "".join(c if c.isalnum() else "_" for c in name)
+    src = compile_bwd_check.render(semantics, [("kBlockM", tiling[0]), ("kBlockN", tiling[1]), ("kWarps", tiling[2]),
+                                               ("kStages", tiling[3])], tag)
+    variant = os.path.join(tmp, tag + ".cuh")
+    open(variant, "w").write(src)
+    binary = os.path.join(tmp, tag)
+    cmd = ["g++", "-std=c++17", "-O1", "-w", "-D__CUDA_ARCH__=%d" % arch, "-DVARIANT_SOURCE=\"%s\"" % variant,
+           "-I", templates, "-I", EMU, "-I", ROOT, "-I", os.path.join(ROOT, "engine", "include"),
+           os.path.join(EMU, "bwd_emu_main.cpp"), "-o", binary]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        return False, "%-40s BUILD FAILED\n%s" % (name, r.stderr[-4000:])
+    argv = [binary] + ["%s=%s" % kv for kv in run_args.items()]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    ok = r.returncode == 0
+    return ok, "%-4s %-40s m%dn%dw%ds%d sm%d:%s%s" % ("ok" if ok else "FAIL", name, *tiling, arch, r.stdout.rstrip(),
+                                                   "" if ok else "\n" + r.stderr[-2000:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the default tilings' cases only")
+    ap.add_argument("--filter", default="", help="only cases whose name contains this")
+    ap.add_argument("-j", type=int, default=2, help="cases built and run at once (2: CI's cores)")
+    ap.add_argument("--keep", action="store_true", help="keep the build directory")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bwd_emu_")
+    try:
+        templates = prepare_templates(tmp)
+        todo = [c for c in cases(args.quick) if args.filter in c[0]]
+        failures = 0
+        with concurrent.futures.ThreadPoolExecutor(args.j) as pool:
+            for ok, line in pool.map(lambda c: build_and_run(c, templates, tmp), todo):
+                print(line, flush=True)
+                failures += not ok
+        print("%d of %d cases failed" % (failures, len(todo)))
+        return 1 if failures else 0
+    finally:
+        if args.keep:
+            print("kept", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

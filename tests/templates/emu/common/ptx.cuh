@@ -1,0 +1,179 @@
+// The CPU emulation's templates/common/ptx.cuh (tests/templates/bwd_emulate.py puts it in place
+// of the real one): the same functions, each computing what its PTX instruction is defined to
+// compute, warp-collective ones (ldmatrix, mma) over the warp's 32 fibers (emu_runtime.hpp).
+#pragma once
+
+#include "emu_runtime.hpp"
+#include "base/host_float.hpp"
+
+#define FJ_DEVICE inline
+
+// The dynamic shared memory every CTA uses (one CTA runs at a time), defined by the test driver.
+constexpr unsigned kEmuSmemBytes = 256 * 1024;
+extern unsigned char smem_raw[];
+
+namespace fj {
+
+// Shared-space addresses are offsets into the one dynamic shared buffer (bwd_emu_main.cpp's).
+inline unsigned smem_addr(const void* p) {
+  const std::ptrdiff_t off = static_cast<const unsigned char*>(p) - smem_raw;
+  if (off < 0 || off >= std::ptrdiff_t(kEmuSmemBytes)) {
+    std::fprintf(stderr, "emu: smem_addr of a pointer outside shared memory\n");
+    std::abort();
+  }
+  return unsigned(off);
+}
+
+inline void store_shared_zero16(void* p) { std::memset(p, 0, 16); }
+
+inline int lane_id() { return emu::this_lane(); }
+
+// cp.async: the copy happens at once (the waits then have nothing to wait for); src_bytes < size
+// zero-fills the rest.
+template <int kBytes>
+inline void cp_async(void* smem, const void* gmem, int src_bytes) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
+  if (reinterpret_cast<std::uintptr_t>(smem) % kBytes || (src_bytes && reinterpret_cast<std::uintptr_t>(gmem) % kBytes)) {
+    std::fprintf(stderr, "emu: misaligned cp.async of %d bytes\n", kBytes);
+    std::abort();
+  }
+  const int n = src_bytes < kBytes ? src_bytes : kBytes;
+  std::memcpy(smem, gmem, std::size_t(n));
+  std::memset(static_cast<char*>(smem) + n, 0, std::size_t(kBytes - n));
+}
+inline void cp_async_commit() {}
+template <int kPending>
+inline void cp_async_wait() {}
+
+// ldmatrix .x4: lanes 8j..8j+7 give the row addresses of matrix j; lane L receives, of each
+// matrix, row L/4's elements 2(L%4) and 2(L%4)+1 (plain) or column L/4's elements of rows
+// 2(L%4) and 2(L%4)+1 (.trans), the lower index in the low half.
+inline void ldmatrix_any(unsigned (&r)[4], const void* smem, bool trans) {
+  emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
+  const int lane = emu::this_lane();
+  if (reinterpret_cast<std::uintptr_t>(smem) % 16) {
+    std::fprintf(stderr, "emu: ldmatrix row address not 16-byte aligned\n");
+    std::abort();
+  }
+  w.addr[lane] = smem;
+  w.in[lane][0] = trans;
+  emu::warp_barrier([](emu::Runtime::Warp& w) {
+    for (int l = 0; l < 32; ++l)
+      if (w.in[l][0] != w.in[0][0]) {
+        std::fprintf(stderr, "emu: lanes disagree on ldmatrix .trans\n");
+        std::abort();
+      }
+    const bool t = w.in[0][0];
+    for (int l = 0; l < 32; ++l)
+      for (int j = 0; j < 4; ++j) {
+        std::uint16_t lo, hi;
+        if (!t) {
+          const std::uint16_t* row = static_cast<const std::uint16_t*>(w.addr[8 * j + l / 4]);
+          lo = row[2 * (l % 4)], hi = row[2 * (l % 4) + 1];
+        } else {
+          lo = static_cast<const std::uint16_t*>(w.addr[8 * j + 2 * (l % 4)])[l / 4];
+          hi = static_cast<const std::uint16_t*>(w.addr[8 * j + 2 * (l % 4) + 1])[l / 4];
+        }
+        w.out[l][j] = unsigned(lo) | unsigned(hi) << 16;
+      }
+  });
+  for (int j = 0; j < 4; ++j) r[j] = w.out[lane][j];
+}
+inline void ldmatrix_x4(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, smem, false); }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, smem, true); }
+inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, false); }
+inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, true); }
+inline void st_shared_b32(unsigned addr, unsigned v) {
+  if (addr % 4 || addr + 4 > kEmuSmemBytes) {
+    std::fprintf(stderr, "emu: st.shared.b32 misaligned or outside shared memory\n");
+    std::abort();
+  }
+  std::memcpy(smem_raw + addr, &v, 4);
+}
+
+// mma.m16n8k16.row.col, fp32 accumulators: lane L = 4g + t holds A rows g, g+8 (k 2t, 2t+1 in
+// a0/a1, k 2t+8, 2t+9 in a2/a3), B column g (k 2t, 2t+1 in b0, 2t+8, 2t+9 in b1), C/D rows g, g+8
+// and columns 2t, 2t+1.
+inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, bool bf16) {
+  emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
+  const int lane = emu::this_lane();
+  for (int i = 0; i < 4; ++i) w.in[lane][i] = a[i], w.fin[lane][i] = d[i];
+  w.in[lane][4] = b0, w.in[lane][5] = b1, w.in[lane][6] = bf16;
+  emu::warp_barrier([](emu::Runtime::Warp& w) {
+    const bool bf = w.in[0][6];
+    auto val = [bf](unsigned reg, int half) {
+      const std::uint16_t h = std::uint16_t(half ? reg >> 16 : reg & 0xffffu);
+      return bf ? flashjit::bf16_to_float(h) : flashjit::f16_to_float(h);
+    };
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int e = 0; e < 2; ++e) {
+        A[g][2 * t + e] = val(w.in[l][0], e);
+        A[g + 8][2 * t + e] = val(w.in[l][1], e);
+        A[g][2 * t + 8 + e] = val(w.in[l][2], e);
+        A[g + 8][2 * t + 8 + e] = val(w.in[l][3], e);
+        B[2 * t + e][g] = val(w.in[l][4], e);
+        B[2 * t + 8 + e][g] = val(w.in[l][5], e);
+        C[g][2 * t + e] = w.fin[l][e];
+        C[g + 8][2 * t + e] = w.fin[l][2 + e];
+      }
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + (i / 2) * 8, col = 2 * t + (i & 1);
+        float acc = C[row][col];
+        for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+        w.fout[l][i] = acc;
+      }
+    }
+  });
+  for (int i = 0; i < 4; ++i) d[i] = w.fout[lane][i];
+}
+inline void mma_f16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_16816(d, a, b0, b1, false); }
+inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_16816(d, a, b0, b1, true); }
+inline void mma_tf32_1688(float (&)[4], const unsigned (&)[4], unsigned, unsigned) {
+  std::fprintf(stderr, "emu: tf32 mma is not emulated\n");
+  std::abort();
+}
+
+inline unsigned pack_f16x2(float lo, float hi) { return unsigned(flashjit::float_to_f16(lo)) | unsigned(flashjit::float_to_f16(hi)) << 16; }
+inline unsigned pack_bf16x2(float lo, float hi) {
+  return unsigned(flashjit::float_to_bf16(lo)) | unsigned(flashjit::float_to_bf16(hi)) << 16;
+}
+inline float f16_to_f32(unsigned short h) { return flashjit::f16_to_float(h); }
+inline float bf16_to_f32(unsigned short h) { return flashjit::bf16_to_float(h); }
+inline unsigned short f32_to_f16(float f) { return flashjit::float_to_f16(f); }
+inline unsigned short f32_to_bf16(float f) { return flashjit::float_to_bf16(f); }
+inline unsigned to_tf32(float) {
+  std::fprintf(stderr, "emu: tf32 is not emulated\n");
+  std::abort();
+}
+
+inline void red_add_v4(float* p, float a, float b, float c, float d) {
+  if (reinterpret_cast<std::uintptr_t>(p) % 16) {
+    std::fprintf(stderr, "emu: red.v4 address not 16-byte aligned\n");
+    std::abort();
+  }
+  p[0] += a, p[1] += b, p[2] += c, p[3] += d;
+}
+
+inline float exp2_approx(float x) { return std::exp2(x); }
+inline float rcp_approx(float x) { return 1.f / x; }
+inline float tanh_fast(float x) {
+  constexpr float kTwoLog2e = 2.8853900817779268f;
+  return 1.f - 2.f * rcp_approx(exp2_approx(x * kTwoLog2e) + 1.f);
+}
+inline float quad_max(float x) {
+  x = std::fmax(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return std::fmax(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+inline float neg_inf() { return -INFINITY; }
+
+}  // namespace fj
