@@ -44,9 +44,8 @@ class Engine::Impl {
     return plan_and_launch(*call, *problem, stream, tiling, Pass::forward);
   }
 
-  // The same route for the backward pass: its own validation and families, the same planner,
-  // kernel cache, workspace and launch. Checked mode has nothing to read back: the backward
-  // refuses every argument with device metadata so far.
+  // The forward's route with the backward's validation and families. No checked mode: the
+  // backward refuses every argument with device metadata so far.
   Status backward(const BackwardArgs& args, CUstream stream, const Tiling* tiling) {
     auto problem = validate_backward(args);
     if (!problem.ok()) return std::move(problem).error();
@@ -123,7 +122,6 @@ class Engine::Impl {
 
  private:
   Result<CallContext> call_context(CUstream stream) { return contexts_.call_context(stream); }
-
   // The plan, then its launches: the caller's tiling (benchmarks and tuning tools name one), else
   // the planner's (a plan valid until this thread's next call).
   Status plan_and_launch(const CallContext& call, const AttentionProblem& problem, CUstream stream,
