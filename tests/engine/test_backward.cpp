@@ -71,7 +71,7 @@ TEST_CASE("backward: a valid call validates; its semantics are the forward's, LS
   CHECK(p->semantics.vec == 8);
   CHECK(!p->empty);
   auto plan = plan_of(b);
-  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8s1");  // FA2's shape; one stage fits sm_80's 163 KB
+  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8q1");  // FA2's shape; one stage fits sm_80's 163 KB
 }
 
 TEST_CASE("backward: each argument rule is named in its error") {
@@ -258,11 +258,11 @@ TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
   CHECK(mentions(bwd().check_tiling(s80, tiling(32, 128, 8)).error().message(), "cannot split BLOCK_M x the head dim (dQ)"));
   CHECK(bwd().check_tiling(s80, tiling(128, 128, 8)).ok());
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 4, 3)).error().message(), "stages must be 1 or 2"));
-  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8s2");
-  CHECK(bwd().default_tiling(Arch::parse("sm_80").value(), s, nullptr).name() == "m64n128w8s1");  // 163 KB
-  CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4s1");   // 99 KB
+  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8q2");
+  CHECK(bwd().default_tiling(Arch::parse("sm_80").value(), s, nullptr).name() == "m64n128w8q1");  // 163 KB
+  CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4q1");   // 99 KB
   const Semantics s64 = validate_backward(make(DType::f16, 64)).value().semantics;
-  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s64, nullptr).name() == "m128n128w8s2");
+  CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s64, nullptr).name() == "m128n128w8q2");
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 0)).error().message(), "warps"));
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 256, 4)).error().message(), "at most 128"));
   for (const char* arch : {"sm_80", "sm_86", "sm_90a"}) {

@@ -422,7 +422,7 @@ TEST_CASE("C ABI backward: size-prefixed args, the forward's rules, refusals nam
     const flashjit_status st = flashjit_precompile_backward_v1(e, &a.b, "sm_80", name, sizeof name);
     INFO(flashjit_last_error());
     CHECK(st == FLASHJIT_OK);
-    CHECK(std::string(name) == "bwd_sm80-f16-dqk64-dv64-causal-vec8-m64n128w8s2");  // two stages before FA2's D = 64 shape on sm_80's 163 KB
+    CHECK(std::string(name) == "bwd_sm80-f16-dqk64-dv64-causal-vec8-m64n128w8q2");  // two stages before FA2's D = 64 shape on sm_80's 163 KB
   }
   flashjit_engine_destroy(e);
 }

@@ -261,11 +261,11 @@ TEST_CASE("plan: a backward pass adds the backward family's variants, named as E
   REQUIRE(all.ok());
   const auto candidates = find_family("bwd_sm80")->candidate_tilings(archs[0], backward[0].variant.semantics);
   CHECK(all->size() == candidates.size());  // the default is among the candidates
-  specs[0].tiling = "m64n64w4";
+  specs[0].tiling = "m64n64w4q1";
   auto fixed = plan_warmup(specs, {archs[0]}, false);
   REQUIRE(fixed.ok());
   REQUIRE(fixed->size() == 1);
-  CHECK(fixed->front().variant.tiling.name() == "m64n64w4");
+  CHECK(fixed->front().variant.tiling.name() == "m64n64w4q1");
   specs[0].tiling = "m64n64w4s2";  // a forward tiling
   CHECK(contains(plan_warmup(specs, {archs[0]}, false).error().message(), "not a tiling of any backward family"));
   specs[0].tiling.clear();

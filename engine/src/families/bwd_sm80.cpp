@@ -23,7 +23,8 @@ const KnobTable kKnobs{"bwd_sm80",
                        {{"block_m", "m", "kBlockM", "query rows per Q block: longer dK/dV products, more score registers"},
                         {"block_n", "n", "kBlockN", "keys per CTA: more reuse of each Q block, more dK/dV registers, fewer CTAs"},
                         {"warps", "w", "kWarps", "warps per CTA; each product splits them into its own 2-D grid of warp tiles"},
-                        {"stages", "s", "kStages", "Q/dO buffers: 2 copies the next Q block under this one's products"}}};
+                        {"stages", "q", "kStages",  // "q", not "s": names must not read as fa2_sm80 tilings (parse_tiling)
+                         "Q/dO buffers: 2 copies the next Q block under this one's products"}}};
 
 constexpr int kMmaSide = fj_layout::kBwdMmaSide;  // every warp tile side: whole 16-row / 16-column mma steps
 constexpr int kMaxWarps = 8;     // 256 threads keep 255 registers a thread available
