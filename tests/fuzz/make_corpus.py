@@ -454,6 +454,8 @@ for name, value in [("tiling_ok", b"m128n64w4s2"), ("tiling_overflow", b"m999999
                     ("issue21_G6_fa2_form_2p32_plus_128", b"m4294967424n64w4s2"),
                     ("issue21_G6_decode_form_2p32_plus_1", b"r4294967297w4k16s2p0"),
                     ("tiling_decode_ok", b"r1w8k16s2p0"), ("tiling_fa3_ok", b"g2n176s2p0c1"),
+                    # Found by this target: a backward tiling, which the check once missed.
+                    ("tiling_bwd_ok", b"m128n64w4q2"),
                     ("tiling_no_family", b"x1y2")]:
     write(e, name, TILING + value)
 write(e, "dtype_bf16", DTYPE_MASK + b"bf16")
