@@ -3,6 +3,7 @@
 # (flashjit, SDPA flash = FlashAttention-2, SDPA cuDNN; bf16 and fp16), then ncu of flashjit's main
 # backward kernel and FlashAttention-2's at D = 128, S = 4K (bench/bwd_profile.py).
 #   bash bench/device_bwd_speed.sh [grid] [ncu]       (carry .carry/op)
+#   BWD_BACKENDS=flashjit,flashjit-det,sdpa-flash,sdpa-cudnn: deterministic mode beside the default
 set -u
 OUT=${OUT:-/tmp/flashjit-out}
 mkdir -p "$OUT"
@@ -17,7 +18,7 @@ for step in "${steps[@]}"; do
     grid)
       for dt in ${DTYPES:-bf16 fp16}; do
         timeout ${GRID_TIMEOUT:-300} python3 -m flashjit.bench --pass backward --dtype "$dt" --d ${BWD_D:-64,128} \
-          --s ${BWD_S:-1024,4096,16384} --backends flashjit,sdpa-flash,sdpa-cudnn --json "$OUT/bwd_grid_$dt.json" \
+          --s ${BWD_S:-1024,4096,16384} --backends ${BWD_BACKENDS:-flashjit,sdpa-flash,sdpa-cudnn} --json "$OUT/bwd_grid_$dt.json" \
           --out "$OUT/bwd_grid_$dt.png" 2>&1 | tee "$OUT/bwd_grid_$dt.log" | grep -E "^\[|Error|error"
       done ;;
     ncu)

@@ -72,9 +72,6 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
     return bad("workspace.bytes is " + std::to_string(a.workspace.bytes) + " but workspace.data is null");
   if (reinterpret_cast<std::uintptr_t>(a.workspace.data) % kWorkspaceAlignment != 0)
     return bad("workspace.data must be " + std::to_string(kWorkspaceAlignment) + "-byte aligned");
-  if (a.deterministic)
-    return Error(Code::unsupported, "deterministic: the backward sums dq with atomics so far; a fixed-order mode is planned "
-                                    "(docs/design/backward.md)");
   if (a.dsinks && !f.sinks)
     return bad("dsinks is given but forward.sinks is null: the sinks' gradient needs the sinks");
 
@@ -121,6 +118,7 @@ Result<AttentionProblem> validate_backward(const BackwardArgs& a) {
 
   out.backward = &a;
   out.semantics = backward_semantics(out.semantics);  // the catalog's rule, which warmup names variants by
+  out.semantics.deterministic = a.deterministic;
   out.semantics.vec = widest_vec({&f.q, &f.k, &f.v, &f.o, &a.dout, &a.dq, &a.dk, &a.dv}, elem);
   // Keys without queries still get dk = dv = 0 written, and queries without keys dq = 0: only
   // a call with neither (or no heads, no sequences) has nothing to write.

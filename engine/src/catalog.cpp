@@ -55,6 +55,12 @@ Semantics backward_semantics(const Semantics& forward) {
   return s;
 }
 
+Semantics forward_semantics(const Semantics& s) {
+  Semantics out = s;
+  out.deterministic = false;
+  return out;
+}
+
 std::vector<std::string> kernel_family_names(Pass pass) {
   std::vector<std::string> out;
   for (const auto* f : kernel_families(pass)) out.push_back(f->name());

@@ -57,7 +57,10 @@ def gpu_ms_per_call(fn, calls, cycles_per_ms, host_ms):
 def backends(names):
     """name -> make(q, k, v, causal) returning a call; q, k, v are [batch, seq, heads, dim]."""
     import flashjit
-    table = {"flashjit": lambda q, k, v, causal: lambda: flashjit.flash_attn_func(q, k, v, causal=causal)}
+    table = {"flashjit": lambda q, k, v, causal: lambda: flashjit.flash_attn_func(q, k, v, causal=causal),
+             # The backward's fixed dQ order (the forward is the same kernel either way).
+             "flashjit-det": lambda q, k, v, causal: lambda: flashjit.flash_attn_func(q, k, v, causal=causal,
+                                                                                    deterministic=True)}
 
     def sdpa(kind):
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -205,14 +208,15 @@ def main(argv=None):
     p.add_argument("--tokens", type=int, default=16384, help="batch x seq of every cell")
     p.add_argument("--width", type=int, default=2048, help="heads x head_dim of every cell")
     p.add_argument("--backends", default="flashjit,sdpa-flash,sdpa-cudnn,fa4",
-                   help="any of flashjit, sdpa-flash, sdpa-cudnn, sdpa-efficient, fa4 (FlashAttention-4)")
+                   help="any of flashjit, flashjit-det (the backward's deterministic mode), sdpa-flash, sdpa-cudnn, "
+                        "sdpa-efficient, fa4 (FlashAttention-4)")
     p.add_argument("--rounds", type=int, default=4, help="timed rounds per backend and cell (A B B A)")
     p.add_argument("--out", default="flashjit_bench.png", help="the plot (PNG); needs matplotlib")
     p.add_argument("--json", help="also write every cell's numbers here")
     args = p.parse_args(argv)
     args.causal = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     args.backends = [b for b in args.backends.split(",") if b]
-    unknown = set(args.backends) - {"flashjit", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4"}
+    unknown = set(args.backends) - {"flashjit", "flashjit-det", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4"}
     if unknown:
         p.error("--backends: unknown %s" % ", ".join(sorted(unknown)))
     if "flashjit" not in args.backends:

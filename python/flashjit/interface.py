@@ -6,8 +6,8 @@ Argument names and meanings are FlashAttention-2's (softmax_scale, causal, windo
 alibi_slopes, return_attn_probs / return_softmax_lse, cu_seqlens, max_seqlen, seqused_k,
 block_table, cache_seqlens, cache_batch_idx, cache_leftpad, k/v appended into the cache, rotary),
 with FlashAttention-3's seqused_k. What flashjit cannot do raises NotImplementedError naming the
-argument (dropout, seqused_q); speed-only arguments (deterministic, num_splits) are accepted and
-left to the engine (the forward is deterministic).
+argument (dropout, seqused_q). deterministic=True makes the backward sum dq in a fixed order (the
+forward is deterministic anyway); num_splits, speed only, is left to the engine.
 """
 import functools
 from typing import Optional, Tuple, Union
@@ -38,11 +38,11 @@ def _scale(softmax_scale):
 
 def _attention(q, k, v, *, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                block_table=None, alibi_slopes=None, sinks=None, softmax_scale=None, causal=False, window_size=(-1, -1),
-               softcap=0.0, return_lse=False, check=False, kv_starts=None):
+               softcap=0.0, return_lse=False, check=False, kv_starts=None, deterministic=False):
     left, right = _window(window_size, causal)
     return ops.call(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k), kv_lens, block_table,
                     alibi_slopes, sinks, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0),
-                    bool(return_lse), bool(check), kv_starts)
+                    bool(return_lse), bool(check), kv_starts, deterministic=bool(deterministic))
 
 
 def _no_dropout(dropout_p):
@@ -71,9 +71,11 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p: float = 0.0, sof
     _no_dropout(dropout_p)
     if alibi_slopes is None and sinks is None and not return_attn_probs:  # the dense operator, directly
         left, right = _window(window_size, causal)
-        return ops.dense(q, k, v, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0))
+        return ops.dense(q, k, v, _scale(softmax_scale), bool(causal), left, right, float(softcap or 0.0),
+                         bool(deterministic))
     out, lse = _attention(q, k, v, alibi_slopes=alibi_slopes, sinks=sinks, softmax_scale=softmax_scale, causal=causal,
-                          window_size=window_size, softcap=softcap, return_lse=return_attn_probs)
+                          window_size=window_size, softcap=softcap, return_lse=return_attn_probs,
+                          deterministic=deterministic)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -101,7 +103,7 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                           max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, kv_lens=kv_lens,
                           block_table=block_table, alibi_slopes=alibi_slopes, sinks=sinks,
                           softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-                          return_lse=return_attn_probs)
+                          return_lse=return_attn_probs, deterministic=deterministic)
     return (out, lse, None) if return_attn_probs else out
 
 

@@ -170,14 +170,15 @@ def _run(lib, args, stream, device, workspace_size=_abi.workspace_size, launch=_
     launch(lib, args, stream)
 
 
-# attention_train's schema is this one less kv_starts (the backward takes no key starts).
-_TRAIN_SCHEMA = ("attention_train(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
-                 "int max_seqlen_q, int max_seqlen_k, Tensor? kv_lens, Tensor? block_table, Tensor? alibi_slopes, "
-                 "Tensor? sinks, float softmax_scale, bool causal, int window_left, int window_right, float softcap, "
-                 "bool return_lse, bool check) -> (Tensor, Tensor)")
-# kv_starts comes last, with a default: callers that have none pass the 18 arguments as before.
-_SCHEMA = _TRAIN_SCHEMA.replace("attention_train(", "attention(", 1).replace(
-    "bool check)", "bool check, Tensor? kv_starts=None)", 1)
+# The arguments attention and attention_train share.
+_ARGUMENTS = ("Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, "
+              "int max_seqlen_k, Tensor? kv_lens, Tensor? block_table, Tensor? alibi_slopes, Tensor? sinks, "
+              "float softmax_scale, bool causal, int window_left, int window_right, float softcap, bool return_lse, "
+              "bool check")
+# attention_train takes no kv_starts (the backward takes no key starts) and carries the backward's
+# deterministic flag; each comes last, with a default: callers that have none pass 18 arguments.
+_TRAIN_SCHEMA = "attention_train(%s, bool deterministic=False) -> (Tensor, Tensor)" % _ARGUMENTS
+_SCHEMA = "attention(%s, Tensor? kv_starts=None) -> (Tensor, Tensor)" % _ARGUMENTS
 
 # Defined with torch.library.Library rather than torch.library.custom_op: the same operator to
 # torch.compile, export and CUDA graphs, with less dispatch per call (on an H200 host the call
@@ -409,7 +410,7 @@ def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seq
 
 
 def _train(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
-           softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+           softmax_scale, causal, window_left, window_right, softcap, return_lse, check, deterministic=False):
     """attention_train's kernel (any device): the operator, always with the LSE."""
     return torch.ops.flashjit.attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
                                         block_table, alibi_slopes, sinks, softmax_scale, causal, window_left,
@@ -421,7 +422,7 @@ _LIBRARY.impl("attention_train", _train, "CompositeExplicitAutograd")
 
 @torch.library.register_fake("flashjit::attention_train", lib=_LIBRARY)
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
-      softmax_scale, causal, window_left, window_right, softcap, return_lse, check):
+      softmax_scale, causal, window_left, window_right, softcap, return_lse, check, deterministic=False):
     _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
     out_shape, lse_shape = _out_shapes(q, v, cu_seqlens_q is not None, True)
     return q.new_empty(out_shape), q.new_empty(lse_shape, dtype=torch.float32)
@@ -429,17 +430,19 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, 
 
 def _setup_train(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
-     softmax_scale, causal, window_left, window_right, softcap, return_lse, check) = inputs
+     softmax_scale, causal, window_left, window_right, softcap, return_lse, check) = inputs[:18]
+    deterministic = len(inputs) > 18 and bool(inputs[18])
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks)
-    ctx.options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap)
+    ctx.options = (max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic)
+    ctx.inputs = len(inputs)
     # The LSE is an output to read, not to differentiate (as FlashAttention's): its gradient is dropped.
     ctx.mark_non_differentiable(lse)
 
 
 def _backward_train(ctx, grad_out, grad_lse):
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, alibi_slopes, sinks = ctx.saved_tensors
-    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap = ctx.options
+    max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left, window_right, softcap, deterministic = ctx.options
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     if alibi_slopes is not None and alibi_slopes.requires_grad:
@@ -447,15 +450,24 @@ def _backward_train(ctx, grad_out, grad_lse):
                                   "requires grad, and its gradient is not computed (detach it)")
     dq, dk, dv, dsinks = torch.ops.flashjit.attention_backward(
         grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table,
-        alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap, False)
-    # Inputs in the schema's order: q, k, v, then sinks at 10 among the 18.
-    return (dq, dk, dv) + (None,) * 7 + (dsinks if sinks is not None and ctx.needs_input_grad[10] else None,) + (None,) * 7
+        alibi_slopes, sinks, softmax_scale, causal, window_left, window_right, softcap,
+        deterministic or deterministic_requested())
+    # Inputs in the schema's order: q, k, v, then sinks at 10 among the 18 (or 19, with deterministic).
+    return ((dq, dk, dv) + (None,) * 7 + (dsinks if sinks is not None and ctx.needs_input_grad[10] else None,) +
+            (None,) * (ctx.inputs - 11))
+
+
+def deterministic_requested():
+    """Under torch.use_deterministic_algorithms(True) (not with warn_only) every backward sums dq in
+    a fixed order, as aten's flash backward does; FlashAttention's deterministic=True asks for it
+    per call."""
+    return torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
 
 
 _BACKWARD_SUPPORT = {}  # the call's semantics -> the engine's message where its backward refuses them, else None
 
 
-def _warn_if_backward_unsupported(args):
+def _warn_if_backward_unsupported(args, deterministic):
     """Where autograd records a call whose backward the engine refuses, warns at the forward (once
     per kind of call), with the engine's message: the training step learns before its backward,
     while code that records without ever calling backward (evaluation outside no_grad) still runs
@@ -467,7 +479,7 @@ def _warn_if_backward_unsupported(args):
     arch = "sm_%d%d%s" % (major, minor, "a" if major >= 9 else "")
     key = (arch, q.dtype, q.shape[-2:], k.shape[-2:], v.shape[-1], cu_seqlens_q is not None, kv_lens is not None,
            block_table is not None, alibi_slopes is not None, sinks is not None, causal, window_left, window_right,
-           softcap != 0.0)
+           softcap != 0.0, deterministic)
     if key not in _BACKWARD_SUPPORT:
         from . import warmup
         try:
@@ -475,7 +487,8 @@ def _warn_if_backward_unsupported(args):
                               max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, kv_lens=kv_lens,
                               block_table=block_table, alibi_slopes=alibi_slopes, sinks=sinks,
                               softmax_scale=softmax_scale or None, causal=causal,
-                              window_size=(window_left, window_right), softcap=softcap, backward=True)
+                              window_size=(window_left, window_right), softcap=softcap, backward=True,
+                              deterministic=deterministic)
             _BACKWARD_SUPPORT[key] = None
         except FlashjitError as e:
             _BACKWARD_SUPPORT[key] = str(e)
@@ -639,12 +652,13 @@ def _forward(op, python_kernel, args, tensors):
 
 
 def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, window_left: int, window_right: int,
-          softcap: float) -> Tensor:
+          softcap: float, deterministic: bool = False) -> Tensor:
     """The output of attention on dense q, k, v with no side arrays and no LSE (call()'s most common
     case, taken directly): flashjit::attention_dense, or its eager fast path (the extension above)
     where nothing but the tensors' own data is involved, or where autograd records the call,
     call()'s training route. The fast path checks its own guards (EAGER_GUARDS, autograd) and
-    declines with NotImplemented; a compiler must see the operator, so it is asked here first."""
+    declines with NotImplemented; a compiler must see the operator, so it is asked here first.
+    deterministic: the backward's (where autograd records), as call()'s."""
     if _EAGER_DENSE is not None and not torch.compiler.is_compiling():
         try:
             out = _EAGER_DENSE(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
@@ -654,7 +668,7 @@ def dense(q: Tensor, k: Tensor, v: Tensor, softmax_scale: float, causal: bool, w
             return out
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return call(q, k, v, None, None, 0, 0, None, None, None, None, softmax_scale, causal, window_left,
-                    window_right, softcap, False, False)[0]
+                    window_right, softcap, False, False, deterministic=deterministic)[0]
     if torch.compiler.is_compiling():
         return _DENSE_OP(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
     if _TORCH_OP is None:
@@ -672,11 +686,12 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
          max_seqlen_q: int, max_seqlen_k: int, kv_lens: Optional[Tensor], block_table: Optional[Tensor],
          alibi_slopes: Optional[Tensor], sinks: Optional[Tensor], softmax_scale: float, causal: bool,
          window_left: int, window_right: int, softcap: float, return_lse: bool,
-         check: bool, kv_starts: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
+         check: bool, kv_starts: Optional[Tensor] = None, deterministic: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
     """torch.ops.flashjit.attention (same arguments) for flashjit's public functions: the cheapest
     route to its CUDA kernel (flashjit::attention_dense where nothing but q, k, v and the scalars is
     given; the LSE is then None), and where autograd records a call, flashjit::attention_train (the
-    operator with its LSE and a backward through flashjit::attention_backward)."""
+    operator with its LSE and a backward through flashjit::attention_backward; deterministic: that
+    backward sums dq in a fixed order, as under torch.use_deterministic_algorithms(True))."""
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens, block_table, alibi_slopes, sinks,
             softmax_scale, causal, window_left, window_right, softcap, return_lse, check)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or
@@ -686,8 +701,8 @@ def call(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seq
             raise FlashjitError("kv_starts (cache_leftpad): the backward takes no per-sequence key starts; run this "
                                 "call under torch.no_grad() or without inputs that require grad")
         if type(q) is torch.Tensor and q.is_cuda and not torch.compiler.is_compiling():
-            _warn_if_backward_unsupported(args)
-        out, lse = torch.ops.flashjit.attention_train(*args)
+            _warn_if_backward_unsupported(args, bool(deterministic) or deterministic_requested())
+        out, lse = torch.ops.flashjit.attention_train(*args, bool(deterministic))
         return out, (lse if return_lse else lse.new_empty(0))
     if (cu_seqlens_q is None and cu_seqlens_k is None and kv_lens is None and block_table is None and
             alibi_slopes is None and sinks is None and kv_starts is None and not return_lse and not check):

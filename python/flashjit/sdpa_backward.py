@@ -24,10 +24,9 @@ from ._abi import FlashjitError
 BACKWARD_OPS = ("_scaled_dot_product_flash_attention_backward", "_flash_attention_backward")
 
 
-def deterministic_requested():
-    """aten's flash backward runs its deterministic mode under torch.use_deterministic_algorithms(True)
-    (not with warn_only): so does this one, and the engine refuses what it cannot do yet, by name."""
-    return torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+# aten's flash backward runs its deterministic mode under torch.use_deterministic_algorithms(True)
+# (not with warn_only): so does this one, as every flashjit backward does.
+deterministic_requested = ops.deterministic_requested
 
 
 def warn_if_refused(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,

@@ -38,12 +38,13 @@ def _stand_in_pointers(args, given):
 
 def precompile(q, k, v, *, arch, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, kv_lens=None,
                block_table=None, alibi_slopes=None, sinks=None, softmax_scale=None, causal=False,
-               window_size=(-1, -1), softcap=0.0, return_lse=False, backward=False):
+               window_size=(-1, -1), softcap=0.0, return_lse=False, backward=False, deterministic=False):
     """Compiles the kernel flashjit.ops.attention would run with these arguments on `arch` ("sm_80",
     "sm_86", "sm_90a", ...) into the disk cache; returns the variant's name. Layouts as the
     operator's (FlashAttention's); tensors may be meta tensors. backward=True: the kernel of the
     backward pass (flashjit.ops.attention_backward) of such a call instead; what the backward does
-    not support raises FlashjitError with the engine's message, naming the argument."""
+    not support raises FlashjitError with the engine's message, naming the argument; deterministic:
+    the backward's fixed-order variant (ignored without backward: every forward is deterministic)."""
     if not isinstance(arch, str) or not arch:
         raise FlashjitError("arch must name a GPU architecture such as 'sm_90a', got %r" % (arch,))
     left, right = interface._window(window_size, causal)
@@ -63,7 +64,8 @@ def precompile(q, k, v, *, arch, cu_seqlens_q=None, cu_seqlens_k=None, max_seqle
         as4 = (lambda t: t.unsqueeze(0)) if cu_seqlens_q is not None else (lambda t: t)
         kv4 = (lambda t: t) if block_table is not None else as4
         grads = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (out, q, k, v)]
-        bargs = _abi.make_backward_args_v1(args, as4(grads[0]), as4(grads[1]), kv4(grads[2]), kv4(grads[3]))
+        bargs = _abi.make_backward_args_v1(args, as4(grads[0]), as4(grads[1]), kv4(grads[2]), kv4(grads[3]),
+                                            deterministic)
         for i, field in enumerate(("dout", "dq", "dk", "dv")):
             getattr(bargs, field).data = (16 + i) * _ADDRESS_SPACING
         return _abi.precompile_backward(lib, bargs, arch)

@@ -11,7 +11,8 @@
 //   2. (barrier) dV += P^T dO and dK += dS^T Q, each warp kDkvKeys keys x its share of the head
 //      dims (so a thread holds BLOCK_N * (Dqk + Dv) / threads accumulators, not 16 keys' whole
 //      rows); dQ = dS K, each warp kDqRows rows x kDqCols columns, added atomically to the fp32
-//      accumulator in register order (bwd_sm80/dq_store.cuh), times the softmax scale;
+//      accumulator in register order (bwd_sm80/dq_store.cuh), times the softmax scale; in
+//      deterministic mode, in a fixed order of K/V blocks (bwd_sm80/dq_order.cuh);
 //   3. the next Q block's copies: with two stages issued at the top of this step, under all of
 //      it; with one, after a barrier at its end.
 // Every product is bwd_sm80/gemm.cuh's warp_gemm, each with its own warp grid, so each warp's
@@ -23,7 +24,7 @@
 //   - head dims past 128 (the split of dK/dV over the head dim is here; the registers of
 //     BLOCK_N x 256 accumulators are not);
 //   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
-//   - deterministic mode (dQ atomics land in any order).
+#include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/dq_store.cuh"
 #include "bwd_sm80/elem.cuh"
 #include "bwd_sm80/gemm.cuh"
@@ -144,7 +145,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const FjAttentionParams& f = p.fwd;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const Frag fr{lane};
-  const int n0 = blockIdx.x * kBlockN;
+  const int k_block = k_block_of(blockIdx.x);
+  const int n0 = k_block * kBlockN;
   const int kv_head = blockIdx.y;
   const int group = kGqa ? f.group : 1;  // q-heads kv_head * group ... + group - 1 read this K/V
   const Sequence seq = sequence_of(f, blockIdx.z);
@@ -156,15 +158,10 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int dk_col0 = warp / kDkvWarpsN * kDkColsWarp, dv_col0 = warp / kDkvWarpsN * kDvColsWarp;
   const int dq_row0 = warp % kDqWarpsM * kDqRows, dq_col0 = warp / kDqWarpsM * kDqCols;
 
-  int q_lo, q_hi;
-  query_range(seq, n0, left, right, q_lo, q_hi);
-  if (n0 >= seq.len_k) q_hi = q_lo;  // keys past the sequence's end (varlen, kv_lens): their zeros only
   // The workspace holds seqlen_q_rounded rows a (sequence, head): a varlen sequence longer than
   // max_seqlen_q (prefix sums the host did not check) is cut there, as its forward was.
-  q_hi = min(q_hi, p.seqlen_q_rounded);
-  if (q_hi < q_lo) q_hi = q_lo;
-  const int first_m = q_lo / kBlockM;
-  const int end_m = (q_hi + kBlockM - 1) / kBlockM;
+  const QBlocks walk = q_blocks_of(seq, n0, left, right, p.seqlen_q_rounded);
+  const int first_m = walk.first, end_m = walk.end;
 
   // The head dims' padding columns, which the mma steps read but no copy writes: zeroed once.
   zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads>(sK, tid);
@@ -190,6 +187,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   if (steps > 0) load_q_block(stage_tiles(smem_raw, 0), p, seq, head, first_m * kBlockM, tid);
   cp_async_commit();
 
+  int* turn_to_pass = nullptr;  // deterministic: the last step's Q block, whose turn passes on after a barrier
+
   float dk[kDkvMTiles][kDkColsWarp / 8][4];
   float dv[kDkvMTiles][kDvColsWarp / 8][4];
   zero_tile(dk);
@@ -205,6 +204,9 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     // the other stage's buffers, which the next Q block's copies overwrite now.
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kDeterministic) {
+      if (turn_to_pass) pass_dq_turn(turn_to_pass, k_block, tid);
+    }
     if constexpr (kStages == 2) {
       if (step + 1 < steps) load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, next_head, next_m * kBlockM, tid);
       cp_async_commit();
@@ -254,6 +256,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       zero_tile(dq);
       warp_gemm<kDqMTiles, kDqNTiles, kBlockN / 16, false, kStridePS, true, kStrideQK>(
           dq, sdS_at + dq_row0 * kStridePS * kB, sK_at + dq_col0 * kB, lane);
+      if constexpr (kDeterministic) {
+        // Recomputed here, not kept from the start: registers live across the loop cost spills.
+        turn_to_pass = dq_turn_of(p, blockIdx.z, head, m_block);
+        wait_dq_turn(turn_to_pass, k_block, q_blocks_of(seq, n0 + kBlockN, left, right, p.seqlen_q_rounded).has(m_block));
+      }
       add_dq(p.dq_accum + (workspace_head(p, blockIdx.z, head) + m0) * kDQK, dq, p.scale, tid);
     }
 
@@ -270,7 +277,10 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   // query row sees still get their zeros written, and so do the rows past kv_lens up to the
   // sequence's capacity (cap_k): none of the next sequence's (varlen) rows.
   cp_async_wait<0>();  // with no Q block, the K/V copies may still be in flight
-  __syncthreads();     // and every warp is done reading K (dQ) and V (dP)
+  __syncthreads();     // and every warp is done reading K (dQ) and V (dP), and adding its dQ
+  if constexpr (kDeterministic) {
+    if (turn_to_pass) pass_dq_turn(turn_to_pass, k_block, tid);
+  }
   scale_tile(dk, p.scale);
   stage_tile<kStrideQK>(sK_at, dk, dkv_key0, dk_col0, lane);
   stage_tile<kStrideV>(sV_at, dv, dkv_key0, dv_col0, lane);

@@ -15,6 +15,7 @@ struct FjBackwardParams {
   float* dpsum;           // workspace: D = rowsum(dO * O), [batch, heads_q, seqlen_q_rounded]
   float* dsinks;          // sinks: dL/dsinks fp32 [heads_q], written by convert; null: not asked for
   float* dsinks_part;     // sinks: workspace [batch, seqlen_q_rounded / kBlockM, heads_q], one term a Q block
+  int* dq_turn;           // deterministic: workspace [batch, heads_q, seqlen_q_rounded / kBlockM] (dq_order.cuh)
   long long dout_stride[4];
   long long dq_stride[4];
   long long dk_stride[4];

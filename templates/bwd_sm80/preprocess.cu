@@ -7,8 +7,10 @@
 // Varlen: blockIdx.z is the sequence; its workspace rows are [z, head] x seqlen_q_rounded (the
 // longest sequence rounded up), so every sequence's span is its own.
 // Sinks: each CTA writes its Q block's term of dL/dsinks to the workspace; convert sums them.
+// Deterministic: each CTA also zeroes its Q block's turn flag (bwd_sm80/dq_order.cuh).
 // Not yet covered (see docs/design/backward.md): fp32 inputs.
 #include "bwd_sm80/config.cuh"
+#include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/elem.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
@@ -76,6 +78,10 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
       for (int w = 0; w < kWarps; ++w) block += warp_terms[w];
       p.dsinks_part[(static_cast<long long>(blockIdx.z) * gridDim.x + blockIdx.x) * f.heads_q + head] = block;
     }
+  }
+
+  if constexpr (kDeterministic) {
+    if (tid == 0) *dq_turn_of(p, blockIdx.z, head, blockIdx.x) = 0;  // no K/V block has added yet
   }
 
   // The block's dQ accumulator rows, every padded column included (the main kernel's atomics

@@ -25,6 +25,23 @@ FJ_DEVICE void query_range(const Sequence& s, int n0, int left, int right, int& 
   if (hi < lo) hi = lo;
 }
 
+// The Q blocks [first, end) the K/V block at n0 walks: those holding rows of query_range, cut
+// at the workspace's rows_cap (seqlen_q_rounded); none for a block past the sequence's keys
+// (varlen, kv_lens: only its zeros are written) or with no row. Both ends grow with n0 and the
+// walk is empty only below or above the blocks that have rows, so the K/V blocks that walk a
+// given Q block are consecutive: dq_order.cuh counts on it.
+struct QBlocks {
+  int first, end;
+  FJ_DEVICE bool has(int m_block) const { return first <= m_block && m_block < end; }
+};
+FJ_DEVICE QBlocks q_blocks_of(const Sequence& s, int n0, int left, int right, int rows_cap) {
+  int lo, hi;
+  query_range(s, n0, left, right, lo, hi);
+  hi = min(hi, rows_cap);
+  if (n0 >= s.len_k || hi <= lo) return {0, 0};
+  return {lo / kBlockM, (hi + kBlockM - 1) / kBlockM};
+}
+
 // Whether any score of a warp's tile (keys [key0, key0 + kKeys), query rows [row0, row0 +
 // kRows)) is masked: keys past the sequence's end, right of the first row's last key (causal
 // diagonal, window's right side) or left of the last row's first key (window's left side).

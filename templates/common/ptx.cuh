@@ -136,6 +136,18 @@ FJ_DEVICE void red_add_v4(float* p, float a, float b, float c, float d) {
   asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
 }
 
+// --- flags between CTAs (bwd_sm80/dq_order.cuh) ------------------------------------------------------
+// A load that later loads and reductions of this thread cannot pass, and a store that every write
+// this thread has seen (through a barrier: other threads' too) precedes, both at GPU scope.
+FJ_DEVICE int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+FJ_DEVICE void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // --- math -----------------------------------------------------------------------------------------
 FJ_DEVICE float exp2_approx(float x) {
   float y;

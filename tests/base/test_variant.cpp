@@ -67,7 +67,7 @@ TEST_CASE("every semantics field is visited once, in declaration order, with its
   });
   CHECK(names.front() == "dtype");
   CHECK(names.back() == "vec");
-  CHECK(names.size() == 16);
+  CHECK(names.size() == 17);
   for (std::size_t i = 0; i < names.size(); ++i)
     for (std::size_t j = i + 1; j < names.size(); ++j) {
       CHECK(names[i] != names[j]);

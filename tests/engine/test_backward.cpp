@@ -164,12 +164,8 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
     CHECK(mentions(msg, "no backward kernel family serves"));
     CHECK(mentions(msg, c.needle));
   }
-  BackwardArgs b = make();
-  b.deterministic = true;
-  CHECK(validate_backward_args(b).error().code() == Code::unsupported);
-  CHECK(mentions(error_of(b), "deterministic"));
   // The sinks' gradient needs the sinks, fp32 [heads_q] apart from every input and output.
-  b = make();
+  BackwardArgs b = make();
   b.dsinks = faddr(11);
   CHECK(validate_backward_args(b).error().code() == Code::invalid_argument);
   CHECK(mentions(error_of(b), "dsinks is given but forward.sinks is null"));
@@ -336,4 +332,49 @@ TEST_CASE("backward: a strided head dim narrows vec for every view the kernels t
   b = make();
   b.dout.data = static_cast<const char*>(b.dout.data) + 4;  // 4-byte aligned: two f16 a load
   CHECK(validate_backward(b).value().semantics.vec == 2);
+}
+
+namespace {
+// A workspace at a fixed fake address, so the plan's pointers into it can be read.
+class FakeWorkspace final : public WorkspaceSource {
+ public:
+  Result<CUdeviceptr> get(std::size_t bytes, std::size_t) override {
+    bytes_ = bytes;
+    return CUdeviceptr(0x7e0000000000ull);
+  }
+  std::size_t bytes_ = 0;
+};
+}  // namespace
+
+TEST_CASE("backward: deterministic mode is a variant of its own with a turn flag a Q block after the rest") {
+  BackwardArgs b = make(DType::f16, 64);
+  b.deterministic = true;
+  const AttentionProblem p = validate_backward(b).value();
+  CHECK(p.semantics.deterministic);
+  const auto plan_name = plan_of(b).second;
+  CHECK(plan_name == "OK: bwd_sm80-f16-dqk64-dv64-det-vec8-m64n128w8q2");  // sm_80: as without the mode
+  CHECK(!forward_semantics(p.semantics).deterministic);  // every forward kernel is deterministic already
+
+  const KernelVariant v{"bwd_sm80", p.semantics, tiling(64, 64, 4)};
+  FakeWorkspace ws;
+  LaunchPlan plan;
+  REQUIRE(bwd().plan(p, v, DeviceContextInfo{}, ws, plan).ok());
+  REQUIRE(plan.count == 3);
+  // The default's parts (dQ accumulator, D), then 2 x 3 x 2 Q blocks' int flags, 256-byte aligned.
+  const std::size_t rest = 2 * 3 * 128 * 64 * 4 + 3072;
+  CHECK(ws.bytes_ == rest + 256);
+  for (int i = 0; i < 3; ++i) {
+    const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[i].params.bytes);
+    CHECK(reinterpret_cast<std::uintptr_t>(bp->dq_turn) == 0x7e0000000000ull + rest);
+  }
+  // The same grid: CTA x takes K/V block gridDim.x - 1 - x in the kernel (dq_order.cuh).
+  CHECK(plan.kernels[1].grid.x == 3);
+
+  b.deterministic = false;
+  const AttentionProblem q = validate_backward(b).value();
+  FakeWorkspace ws_default;
+  LaunchPlan plan_default;
+  REQUIRE(bwd().plan(q, {"bwd_sm80", q.semantics, tiling(64, 64, 4)}, DeviceContextInfo{}, ws_default, plan_default).ok());
+  CHECK(ws_default.bytes_ == rest);
+  CHECK(reinterpret_cast<const FjBackwardParams*>(plan_default.kernels[1].params.bytes)->dq_turn == nullptr);
 }

@@ -394,9 +394,6 @@ TEST_CASE("C ABI backward: size-prefixed args, the forward's rules, refusals nam
   }
   {
     BackwardV1 a;
-    a.b.flags = FLASHJIT_DETERMINISTIC;
-    CHECK(flashjit_backward_v1(e, &a.b, nullptr) == FLASHJIT_UNSUPPORTED);
-    CHECK(has(flashjit_last_error(), "deterministic"));
     a.b.flags = 2;
     CHECK(flashjit_backward_v1(e, &a.b, nullptr) == FLASHJIT_UNSUPPORTED);
     a.b.flags = 0;
@@ -423,6 +420,9 @@ TEST_CASE("C ABI backward: size-prefixed args, the forward's rules, refusals nam
     INFO(flashjit_last_error());
     CHECK(st == FLASHJIT_OK);
     CHECK(std::string(name) == "bwd_sm80-f16-dqk64-dv64-causal-vec8-m64n128w8q2");  // two stages before FA2's D = 64 shape on sm_80's 163 KB
+    a.b.flags = FLASHJIT_DETERMINISTIC;  // a variant of its own, with the fixed dQ order compiled in
+    CHECK(flashjit_precompile_backward_v1(e, &a.b, "sm_80", name, sizeof name) == FLASHJIT_OK);
+    CHECK(std::string(name) == "bwd_sm80-f16-dqk64-dv64-causal-det-vec8-m64n128w8q2");
   }
   flashjit_engine_destroy(e);
 }

@@ -5,9 +5,9 @@ Mapped: q/k/v, cu_seqlens, max_seqlen, seqused_k, softmax_scale, causal, window_
 return_attn_probs / return_softmax_lse (FA3 returns (out, lse)), k/v appended into the cache,
 cache_seqlens, cache_batch_idx, cache_leftpad, rotary_cos/sin (rotary in the cache), page_table
 (flashjit's block_table), flash_attn_combine (flashjit.merge's).
-Ignored as speed-only (the result does not depend on them): num_splits, pack_gqa, sm_margin,
-deterministic without autograd recording (flashjit's forward is deterministic; where autograd
-records, deterministic=True is refused: flashjit's backward is not yet), scheduler_metadata
+Passed on: deterministic (flashjit's backward then sums dq in a fixed order; its forward is
+deterministic anyway). Ignored as speed-only (the result does not depend on them): num_splits,
+pack_gqa, sm_margin, scheduler_metadata
 (flashjit schedules itself; get_scheduler_metadata returns an empty plan that only this shim accepts).
 Raising NotImplementedError: qv, q/k/v_descale (FP8), attention_chunk != 0, seqused_q,
 rotary_seqlens, varlen queries or new keys in the cache (cu_seqlens_q, cu_seqlens_k_new,
@@ -15,7 +15,7 @@ max_seqlen_q).
 """
 import torch
 
-from flash_attn._unsupported import refuse_deterministic_backward, unsupported
+from flash_attn._unsupported import unsupported
 from flashjit import interface as _fj
 
 
@@ -32,9 +32,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, qv=None, q_descal
                     v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1,
                     pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False):
     _common(qv, q_descale, k_descale, v_descale, attention_chunk)
-    refuse_deterministic_backward(deterministic, q, k, v)
     res = _fj.flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                              softcap=softcap, return_attn_probs=return_attn_probs)
+                              softcap=softcap, deterministic=deterministic, return_attn_probs=return_attn_probs)
     return (res[0], res[1]) if return_attn_probs else res
 
 
@@ -43,11 +42,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
                            num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False):
     _common(qv, q_descale, k_descale, v_descale, attention_chunk)
-    refuse_deterministic_backward(deterministic, q, k, v)
     # flashjit raises for seqused_q itself.
     res = _fj.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                      softmax_scale=softmax_scale, causal=causal, window_size=window_size,
-                                     softcap=softcap, return_attn_probs=return_attn_probs, seqused_q=seqused_q,
+                                     softcap=softcap, deterministic=deterministic,
+                                     return_attn_probs=return_attn_probs, seqused_q=seqused_q,
                                      seqused_k=seqused_k)
     return (res[0], res[1]) if return_attn_probs else res
 

@@ -52,7 +52,7 @@ void check_accepted(const BackwardInput& c) {
   check(b.abi_version >= kBackwardAbi, "accepted an abi_version below 5");
   for (std::size_t i = sizeof b; i < b.struct_size; ++i) check(c.bytes[i] == 0, "accepted a set byte past the known struct");
   check(b.reserved == 0, "accepted a set reserved word");
-  check(b.flags == 0, "accepted flags (deterministic is not supported yet)");
+  check((b.flags & ~FLASHJIT_DETERMINISTIC) == 0, "accepted a flag this flashjit does not know");
   check(b.forward == &c.forward.args, "accepted a null forward");
   const AcceptedV2 f = check_accepted_v2(c.forward);
   const flashjit_attention_args_v2& a = c.forward.args;

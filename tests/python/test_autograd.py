@@ -223,6 +223,34 @@ def test_self_attention_on_one_tensor_and_the_lse(cpu_kernels):
     torch.testing.assert_close(x.grad, y.grad)
 
 
+@pytest.mark.parametrize("how", ["flash_attn_func", "flash_attn_varlen_func", "use_deterministic_algorithms", "off"])
+def test_deterministic_reaches_the_backward_operator(cpu_reference_kernel, how):
+    """FlashAttention's deterministic=True, per call, or torch.use_deterministic_algorithms(True),
+    as aten's flash backward reads it: attention_backward is asked for the fixed dQ order."""
+    asked = []
+
+    def backward(dout, q, k, v, *args):  # only the flag matters here
+        asked.append(args[-1])
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), torch.empty(0)
+
+    lib = torch.library.Library("flashjit", "IMPL", "CPU")
+    lib.impl("attention_backward", backward, "CPU")
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(how == "use_deterministic_algorithms")
+        q = torch.randn(1, 7, 2, 16, dtype=torch.float64, requires_grad=True)
+        if how == "flash_attn_varlen_func":
+            cu = torch.tensor([0, 7], dtype=torch.int32)
+            out = flashjit.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 7, 7, deterministic=True)
+        else:
+            out = flashjit.flash_attn_func(q, q, q, deterministic=how == "flash_attn_func")
+        out.sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(was)
+        lib._destroy()
+    assert asked == [how != "off"]
+
+
 def test_no_grad_takes_the_operator_without_autograd(cpu_kernels):
     q = torch.randn(1, 8, 2, 16, requires_grad=True)
     with torch.no_grad():

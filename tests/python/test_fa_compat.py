@@ -1,7 +1,7 @@
 """tests/fa_compat, the stand-in flash_attn / flash_attn_interface that runs FlashAttention's own test
 files against flashjit (bench/device_fa_tests.sh): positional order as FA2's and FA3's public
 functions, packed tensors split into views, every argument reaching flashjit's call, unsupported
-features refused by name (deterministic=True where autograd records), and the plain-torch
+features refused by name, deterministic=True passed on to the backward, and the plain-torch
 bert_padding and rotary helpers. No GPU: flashjit's call is replaced by a recorder. Then the tally
 (fa_compat_plugin: the backward's refusals counted unsupported by feature) on a synthetic file, and
 the runner's MODE=train and MODE=forward with COLLECT_ONLY=1 on synthetic FlashAttention files."""
@@ -66,9 +66,9 @@ def shim(monkeypatch):
 
     monkeypatch.setattr(interface, "_attention", record)
     # flash_attn_func's dense calls take ops.dense directly (scale 0: the default; windows as normalized).
-    monkeypatch.setattr(interface.ops, "dense", lambda q, k, v, scale, causal, left, right, softcap: record(
-        q, k, v, softmax_scale=scale or None, causal=causal, window_size=(left, right), softcap=softcap,
-        return_lse=False)[0])
+    monkeypatch.setattr(interface.ops, "dense", lambda q, k, v, scale, causal, left, right, softcap, deterministic=False:
+                        record(q, k, v, softmax_scale=scale or None, causal=causal, window_size=(left, right),
+                               softcap=softcap, return_lse=False, deterministic=deterministic)[0])
     fa2 = importlib.import_module("flash_attn")
     fa3 = importlib.import_module("flash_attn_interface")
     assert pathlib.Path(fa2.__file__).parent.parent == SHIM and pathlib.Path(fa3.__file__).parent == SHIM
@@ -202,29 +202,20 @@ def test_apply_rotary_emb_matches_the_formula(shim, interleaved, offsets):
 @pytest.mark.parametrize("version, call", [
     ("fa2", lambda m, q: m.flash_attn_func(q, q, q, deterministic=True)),
     ("fa2", lambda m, q: m.flash_attn_qkvpacked_func(torch.stack([q, q, q], 2), deterministic=True)),
+    ("fa2", lambda m, q: m.flash_attn_varlen_func(q[0], q[0], q[0], None, None, 5, 5, deterministic=True)),
     ("fa3", lambda m, q: m.flash_attn_func(q, q, q, deterministic=True)),
+    ("fa3", lambda m, q: m.flash_attn_varlen_func(q[0], q[0], q[0], None, None, 5, 5, deterministic=True)),
 ])
-def test_deterministic_is_refused_only_where_autograd_records(shim, version, call):
-    """FlashAttention's deterministic=True promises a fixed-order backward; flashjit's sums dq with
-    atomics, so the shim refuses it by name where a backward could follow, and passes otherwise."""
+def test_deterministic_reaches_flashjits_backward(shim, version, call):
+    """FlashAttention's deterministic=True asks for a backward that sums dq in a fixed order:
+    flashjit's backward has that mode, so the shims pass the flag on, with or without autograd."""
     module = shim[0] if version == "fa2" else shim[1]
     calls = shim[2]
     q = torch.randn(1, 5, 2, 8, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="deterministic=True with autograd recording"):
-        call(module, q)
-    assert not calls
+    call(module, q)
     with torch.no_grad():
         call(module, q)
-    call(module, q.detach())
-    assert len(calls) == 2
-
-
-def test_deterministic_runs_in_the_forward_only_copies(shim, monkeypatch):
-    """bench/device_fa_tests.sh MODE=forward drops every backward call: nothing to refuse."""
-    fa2, _, calls = shim
-    monkeypatch.setenv("FA_COMPAT_MODE", "forward")
-    fa2.flash_attn_func(*(torch.randn(1, 5, 2, 8, requires_grad=True) for _ in range(3)), deterministic=True)
-    assert len(calls) == 1
+    assert [kw.get("deterministic") for _, _, _, kw in calls] == [True, True]
 
 
 # ---- the tally (fa_compat_plugin) and the runner's modes, on synthetic test files -----------------

@@ -80,6 +80,14 @@ def cases(quick):
          {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
         ("f16 d128 kv_lens", sem("f16", 128, "none", kv_lens=True), (64, 128, 8, 2), 900, {"kv_lens": "100,3"}),
         ("bf16 d64 sinks", sem("bf16", 64, "causal", sinks=True), (64, 128, 8, 2), 900, {"sq": 130, "sk": 77}),
+        # Deterministic: CTAs run here in launch order, so a wait on a later CTA aborts (a deadlock).
+        ("f16 d64 det", sem("f16", 64, "none", deterministic=True), (64, 64, 4, 2), 800, {"sq": 150, "sk": 200}),
+        ("bf16 d128 causal det sq>sk", sem("bf16", 128, "causal", deterministic=True), (64, 128, 8, 2), 900,
+         {"sq": 200, "sk": 140}),
+        ("f16 d64 det varlen window gqa", sem("f16", 64, "causal", deterministic=True, varlen=True, window=True, gqa=True),
+         (64, 64, 4, 1), 900, {"hq": 4, "hkv": 2, "left": 70, "varlen_q": "0,150,40,33", "varlen_k": "60,150,200,0"}),
+        ("bf16 d64 det kv_lens window 30,20", sem("bf16", 64, "none", deterministic=True, kv_lens=True, window=True),
+         (64, 64, 4, 2), 900, {"sq": 170, "sk": 260, "kv_lens": "250,90", "left": 30, "right": 20}),
     ]
     return out
 

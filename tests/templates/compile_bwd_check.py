@@ -13,7 +13,7 @@ Mirrors the engine:
   - the options are engine/src/compiler.cpp's compile_options (--gpu-architecture, --std=c++17,
     -DNDEBUG, --no-source-include), plus --ptxas-options=-v for the resource report only.
 
-Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--nvrtc PATH]
+Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--filter SUBSTRING] [--nvrtc PATH]
 Exit status 0 when every variant compiles without spills, 1 otherwise.
 """
 import argparse
@@ -202,8 +202,10 @@ def default_tiling(d, feats):
 # Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
 # most registers) on every candidate tiling of every head dim in HEAD_DIMS.
 FEATURES = {"": {}, "gqa": {"gqa": True}, "window": {"window": True}, "softcap": {"softcap": True},
-            "alibi": {"alibi": True}, "varlen": {"varlen": True}, "kvlens": {"kv_lens": True}}
-ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True, "varlen": True, "kv_lens": True}
+            "alibi": {"alibi": True}, "varlen": {"varlen": True}, "kvlens": {"kv_lens": True},
+            "det": {"deterministic": True}}
+ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True, "varlen": True, "kv_lens": True,
+       "deterministic": True}
 HEAD_DIMS = (1, 33, 40, 64, 72, 96, 112, 128)  # every padded width but 32: the smallest, narrow copies, chunk counts not dividing the threads, the old two
 
 
@@ -236,6 +238,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="default tilings only")
     ap.add_argument("--arch", action="append", help="sm_80 and sm_90a unless given")
     ap.add_argument("--show-source", action="store_true")
+    ap.add_argument("--filter", default="", help="only variants whose name contains this")
     args = ap.parse_args()
     nv = Nvrtc(args.nvrtc)
     headers = template_headers()
@@ -243,6 +246,8 @@ def main():
     failures = 0
     for arch in args.arch or ["sm_80", "sm_90a"]:
         for semantics, tiling, name in variants(args.quick):
+            if args.filter not in name:
+                continue
             source = render(semantics, tiling, name)
             if args.show_source:
                 print(source)

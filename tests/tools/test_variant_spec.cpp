@@ -39,7 +39,7 @@ TEST_CASE("boolean semantics fields each have a flag, from the field list") {
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, bool>) flags.push_back(bool_field_flag(f));
   });
   CHECK(flags == std::vector<std::string>{"--gqa", "--lse", "--varlen", "--window", "--softcap", "--alibi", "--sinks",
-                                          "--kv-lens", "--kv-starts", "--paged"});
+                                          "--kv-lens", "--kv-starts", "--paged", "--deterministic"});
 }
 
 TEST_CASE("widest_vec follows the head dims and the dtype's 16-byte limit") {

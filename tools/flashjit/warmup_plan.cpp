@@ -48,7 +48,7 @@ Result<std::vector<WarmupJob>> plan_warmup(const std::vector<VariantSpec>& specs
   for (const Arch& arch : archs) {
     for (const VariantSpec& spec : specs) {
       for (Pass pass : spec.passes) {
-        const Semantics semantics = pass == Pass::backward ? backward_semantics(spec.semantics) : spec.semantics;
+        const Semantics semantics = pass == Pass::backward ? backward_semantics(spec.semantics) : forward_semantics(spec.semantics);
         const std::string where = spec.origin + ": " + semantics.name() + (pass == Pass::backward ? " backward" : "") +
                                   " on " + arch.name();
         auto families = spec_families(spec, semantics, pass, arch, where);

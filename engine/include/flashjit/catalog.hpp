@@ -36,6 +36,9 @@ const char* pass_name(Pass pass);  // "forward", "backward"
 // write_lse off (the backward reads the LSE, so its variant is not named for writing it). What
 // families_serving(..., Pass::backward) and the tilings are asked with to warm a training job.
 Semantics backward_semantics(const Semantics& forward);
+// The semantics a forward call's variant has: deterministic off (every forward kernel gives the
+// same bits every call already; the field picks the backward's fixed order of dQ sums).
+Semantics forward_semantics(const Semantics& s);
 
 // The names of every kernel family of `pass`, in the priority order the engine tries them.
 std::vector<std::string> kernel_family_names(Pass pass = Pass::forward);

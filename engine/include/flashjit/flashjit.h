@@ -182,8 +182,9 @@ uint64_t flashjit_args_v2_size(void);
 /* ---- The backward pass (ABI version 5). ---- */
 
 /* flashjit_backward_args_v1.flags bits. */
-/* Sum dq in a fixed order, so that every call gives the same bits. Not supported yet (refused
- * with FLASHJIT_UNSUPPORTED): dq is summed with atomics, its last bits may differ between calls. */
+/* Sum dq in a fixed order, so that every call gives the same bits (dk, dv and dsinks always do).
+ * Without it, the K/V blocks add into dq's fp32 sums in whatever order they finish: its last bits
+ * may differ between calls. The variant is a kernel of its own ("-det" in its name). */
 #define FLASHJIT_DETERMINISTIC 1u
 
 /* Size-prefixed like flashjit_attention_args_v2: set struct_size = sizeof(flashjit_backward_args_v1)

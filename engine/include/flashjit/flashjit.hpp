@@ -140,8 +140,8 @@ struct BackwardArgs {
   TensorView dout;              // dL/do: o's shape and dtype
   TensorView dq, dk, dv;        // written: q's, k's and v's shapes and dtype, any strides
   float* dsinks = nullptr;      // written: dL/dsinks, fp32 [heads_q] on the device; with sinks only; null: not computed
-  bool deterministic = false;   // dq summed in a fixed order (not yet supported: dq is summed
-                                // with atomics, so its last bits may differ between calls)
+  bool deterministic = false;   // dq summed in a fixed order: the same bits every call (without
+                                // it, in the order the K/V blocks finish: the last bits may differ)
   // Device scratch memory the caller owns (an fp32 dq accumulator and one float per query row),
   // as AttentionArgs::workspace: at least backward_workspace_size() bytes, aligned to
   // kWorkspaceAlignment; its contents on entry do not matter. Null: the engine's per-stream pool.

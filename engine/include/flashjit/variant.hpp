@@ -67,6 +67,8 @@ enum class NameStyle {
   X(bool, alibi, false, "kAlibi", "alibi", if_set, "adds -slope * |i + Sk - Sq - j| per head")          \
   FLASHJIT_DEVICE_ARRAYS(FJ_SEMANTICS_FROM_DEVICE_ARRAY, X)                                            \
   X(bool, paged, false, "kPaged", "paged", if_set, "K and V in page pools addressed by a block table")  \
+  X(bool, deterministic, false, "kDeterministic", "det", if_set,                                        \
+    "backward: dQ summed over K/V blocks in a fixed order, the same bits every call")                  \
   X(int, vec, 8, "kVec", "vec", always, "elements per global access (1, 2, 4, 8); 1 allows a strided head dim")
 
 // Describes one semantics field to generic code (names, hashes, JSON).

@@ -3,7 +3,8 @@
 // three kernels of one module on one stream —
 //   preprocess: a CTA per (BLOCK_M query rows, head, batch): D = rowsum(dO * O), dQ accumulator zeroed;
 //   main:       a CTA per (BLOCK_N keys, KV head, batch), looping over the q-heads of its GQA group:
-//               dK, dV written, dQ added with atomics;
+//               dK, dV written, dQ added with atomics (deterministic: in a fixed order of
+//               K/V blocks, templates/bwd_sm80/dq_order.cuh);
 //   convert:    a CTA per (BLOCK_M query rows, head, batch): the dQ accumulator to dq.
 #include <algorithm>
 #include <cstdint>
@@ -65,13 +66,14 @@ int score_registers(const Tiling& t) { return 2 * t[kBlockM] * t[kBlockN] / thre
 int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).smem_bytes; }
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
-// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded]. Rows are
+// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded], then with
+// sinks their terms, then in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are
 // rounded up to BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
 // seqlen_q is max_seqlen_q, so each sequence has rows of its own. Nothing needs to start zeroed:
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
 struct BwdWorkspace {
-  std::uint64_t dpsum_offset = 0, dsinks_offset = 0, bytes = 0;
+  std::uint64_t dpsum_offset = 0, dsinks_offset = 0, dq_turn_offset = 0, bytes = 0;
 };
 BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
   auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
@@ -82,7 +84,8 @@ BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int
   w.dpsum_offset = up(rows * std::uint64_t(dqk) * sizeof(float));
   w.dsinks_offset = w.dpsum_offset + up(rows * sizeof(float));
   // With sinks, one term of dL/dsinks a (batch, Q block, head): rows / block_m of them.
-  w.bytes = w.dsinks_offset + (s.sinks ? up(rows / std::uint64_t(block_m) * sizeof(float)) : 0);
+  w.dq_turn_offset = w.dsinks_offset + (s.sinks ? up(rows / std::uint64_t(block_m) * sizeof(float)) : 0);
+  w.bytes = w.dq_turn_offset + (s.deterministic ? up(rows / std::uint64_t(block_m) * sizeof(std::int32_t)) : 0);
   return w;
 }
 
@@ -188,6 +191,7 @@ class BwdSm80 final : public KernelFamilyBase {
     float* dq_accum = nullptr;
     float* dpsum = nullptr;
     float* dsinks_part = nullptr;
+    std::int32_t* dq_turn = nullptr;
     if (m_blocks > 0) {  // with no query rows only the main kernel runs: it writes dK = dV = 0
       const BwdWorkspace w = workspace_layout(p.shape, v.semantics, t[kBlockM]);
       auto buffer = workspace.get(w.bytes, 0);
@@ -196,6 +200,7 @@ class BwdSm80 final : public KernelFamilyBase {
         dq_accum = reinterpret_cast<float*>(base);
         dpsum = reinterpret_cast<float*>(base + w.dpsum_offset);
         if (v.semantics.sinks) dsinks_part = reinterpret_cast<float*>(base + w.dsinks_offset);
+        if (v.semantics.deterministic) dq_turn = reinterpret_cast<std::int32_t*>(base + w.dq_turn_offset);
       }
     }
     auto add = [&](int entry, unsigned blocks, std::int64_t heads, int smem) {
@@ -214,6 +219,7 @@ class BwdSm80 final : public KernelFamilyBase {
       bp.dpsum = dpsum;
       bp.dsinks = b.dsinks;
       bp.dsinks_part = dsinks_part;
+      bp.dq_turn = dq_turn;
       for (int i = 0; i < 4; ++i) {
         bp.dout_stride[i] = b.dout.stride[i];
         bp.dq_stride[i] = b.dq.stride[i];

@@ -2,15 +2,14 @@
 
 Packed variants split the packed tensor into views (no copy). flashjit's own argument checks and
 NotImplementedErrors (dropout_p > 0, rotary in the KV cache, cache_batch_idx, cache_leftpad) apply
-unchanged; deterministic=True is refused where autograd records the call (flashjit's backward is
-not deterministic yet), accepted otherwise (its forward is). return_attn_probs gives
+unchanged; deterministic=True reaches flashjit's backward (dq summed in a fixed order). return_attn_probs gives
 (out, softmax_lse, None): flashjit never forms the attention probabilities, so S_dmask is None
 (FA2 fills it only for dropout's testing, which flashjit refuses).
 """
 import flashjit
 from flashjit import interface as _fj
 
-from ._unsupported import refuse_deterministic_backward, unsupported
+from ._unsupported import unsupported
 
 USE_TRITON_ROCM = False  # this shim is never FA2's ROCm/Triton backend
 
@@ -30,7 +29,6 @@ def _flash_attn_varlen_forward(*args, **kwargs):
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
-    refuse_deterministic_backward(deterministic, q, k, v)
     return flashjit.flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
                                     deterministic=deterministic, return_attn_probs=return_attn_probs)
@@ -55,7 +53,6 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
-    refuse_deterministic_backward(deterministic, q, k, v)
     return flashjit.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                            dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
                                            window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,

@@ -181,6 +181,8 @@ int main(int argc, char** argv) {
   p.dout = bdo.data(), p.dq = gq.data(), p.dk = gk.data(), p.dv = gv.data();
   p.dq_accum = ws.data(), p.dpsum = ws.data() + rows * kDQK, p.dsinks_part = p.dpsum + rows;
   p.dsinks = fj::cfg::kSinks ? dsinks_got.data() : nullptr;
+  std::vector<int> turns(static_cast<size_t>(nseq * Hq * m_blocks), -7);  // garbage: preprocess zeroes each
+  p.dq_turn = fj::cfg::kDeterministic ? turns.data() : nullptr;
   p.seqlen_q_rounded = int(m_blocks * kBlockM), p.scale = float(scale);
 
   const dim3 block{unsigned(kThreads), 1, 1};

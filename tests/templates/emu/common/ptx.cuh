@@ -159,6 +159,24 @@ inline void red_add_v4(float* p, float a, float b, float c, float d) {
   p[0] += a, p[1] += b, p[2] += c, p[3] += d;
 }
 
+// CTAs run one after another here, so a flag an earlier CTA sets is already set: a load that
+// would have to wait for a later CTA is a deadlock on the GPU too (with one CTA resident).
+// A thread never yields while it spins, so the same address loaded this often in a row is a
+// thread stuck (far more than every thread of every CTA loading it once).
+constexpr long long kEmuMaxSpins = 1ll << 24;
+inline int ld_acquire_gpu(const int* p) {
+  static const int* last = nullptr;
+  static long long repeats = 0;
+  repeats = p == last ? repeats + 1 : 0;
+  last = p;
+  if (repeats > kEmuMaxSpins) {
+    std::fprintf(stderr, "emu: deadlock: a CTA waits on a flag no earlier CTA set\n");
+    std::abort();
+  }
+  return *p;
+}
+inline void st_release_gpu(int* p, int v) { *p = v; }
+
 inline float exp2_approx(float x) { return std::exp2(x); }
 inline float rcp_approx(float x) { return 1.f / x; }
 inline float tanh_fast(float x) {
