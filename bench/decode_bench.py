@@ -155,20 +155,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", default="build/libflashjit.so")
     p.add_argument("--parts", default="cells,paged,queries")
-    p.add_argument("--json")
-    p.add_argument("--md")
+    results.add_file_arguments(p)
     a = p.parse_args()
     lib = fj.load(a.lib)
-    parts = a.parts.split(",")
-    res = {}
-    if "cells" in parts:
-        res["cells"] = cells(lib)
-    if "paged" in parts:
-        res["paged"] = paged(lib)
-    if "queries" in parts:
-        res["queries"] = queries(lib)
-    meta = results.run_meta(lib)
-    results.write_results(a.json, a.md, meta, res, write_md)
+    res = results.run_parts(a.parts, {"cells": lambda: cells(lib), "paged": lambda: paged(lib),
+                                      "queries": lambda: queries(lib)})
+    results.write_results(a.json, a.md, results.run_meta(lib), res, write_md)
 
 
 if __name__ == "__main__":

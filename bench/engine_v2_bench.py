@@ -220,23 +220,16 @@ def main():
     p.add_argument("--dims", default="64,128,256")
     p.add_argument("--seqs", default="1024,4096,16384")
     p.add_argument("--dtypes", default="float16,bfloat16")
-    p.add_argument("--json")
-    p.add_argument("--md")
+    results.add_file_arguments(p)
     a = p.parse_args()
     lib = fj.load(a.lib)
     parent = fj.load(a.parent_lib) if a.parent_lib else None
     if parent is not None and parent.flashjit_version() == lib.flashjit_version() and parent.abi == lib.abi:
         print("warning: the parent library reports the same version and ABI", file=sys.stderr)
     dtypes = a.dtypes.split(",")
-    res = {}
-    parts = a.parts.split(",")
-    if "grid" in parts:
-        res["grid"] = grid(lib, parent, [int(x) for x in a.dims.split(",")], [int(x) for x in a.seqs.split(",")],
-                           dtypes, 16384, 2048)
-    if "window" in parts:
-        res["window"] = window(lib, dtypes)
-    if "varlen" in parts:
-        res["varlen"] = varlen(lib, dtypes)
+    dims, seqs = [int(x) for x in a.dims.split(",")], [int(x) for x in a.seqs.split(",")]
+    res = results.run_parts(a.parts, {"grid": lambda: grid(lib, parent, dims, seqs, dtypes, 16384, 2048),
+                                      "window": lambda: window(lib, dtypes), "varlen": lambda: varlen(lib, dtypes)})
     meta = results.run_meta(lib, parent_commit=a.parent_commit, parent_abi=parent.abi if parent else None)
     results.write_results(a.json, a.md, meta, res, write_md)
 

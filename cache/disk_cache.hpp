@@ -113,19 +113,21 @@ struct VerifyReport {
   std::uint64_t removed = 0;
 };
 
-struct PruneReport {
-  std::uint64_t evicted = 0;
+// What prune() and clear() both report: the bytes of the entries they removed, and the stale
+// temp files and unused lock files they removed besides.
+struct RemovalReport {
   std::uint64_t bytes_freed = 0;
-  std::uint64_t bytes_after = 0;
   std::uint64_t temp_files_removed = 0;
   std::uint64_t lock_files_removed = 0;
 };
 
-struct ClearReport {
+struct PruneReport : RemovalReport {
+  std::uint64_t evicted = 0;  // least recently used entries removed
+  std::uint64_t bytes_after = 0;
+};
+
+struct ClearReport : RemovalReport {
   std::uint64_t entries_removed = 0;
-  std::uint64_t bytes_freed = 0;
-  std::uint64_t temp_files_removed = 0;
-  std::uint64_t lock_files_removed = 0;
 };
 
 class DiskCache {

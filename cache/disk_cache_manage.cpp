@@ -49,27 +49,23 @@ Result<EntryKey> key_from_header(const ScannedEntry& e, const std::string& store
 
 std::string reason_of(const Error& e) { return e.detail("reason").value_or(e.message()); }
 
-// Stale temp files and unheld lock files: what a crashed or finished writer leaves behind.
-struct Leftovers {
-  std::uint64_t temp_files = 0;
-  std::uint64_t lock_files = 0;
-};
-Result<Leftovers> remove_leftovers(DiskCache::State& s, const ScanResult& scan) {
-  Leftovers out;
+// Removes stale temp files and unheld lock files, what a crashed or finished writer leaves
+// behind, counting them in `out`.
+Status remove_leftovers(DiskCache::State& s, const ScanResult& scan, RemovalReport& out) {
   for (const FoundFile& f : scan.temp_files) {
     // A live writer may still be filling it; prune was asked for, so the looser rule applies.
     if (!is_stale_temp(f.arch->dir, f.name, StaleRule::old_or_writer_gone)) continue;
     if (::unlinkat(f.arch->dir.fd(), f.name.c_str(), 0) == 0) {
-      out.temp_files += 1;
+      out.temp_files_removed += 1;
       s.log("removed stale temp file '" + f.path + "'");
     }
   }
   for (const FoundFile& f : scan.lock_files) {
     auto removed = remove_lock_file_if_unheld(*f.arch->locks, f.name);
     if (!removed) return std::move(removed).error();
-    if (*removed) out.lock_files += 1;
+    if (*removed) out.lock_files_removed += 1;
   }
-  return out;
+  return {};
 }
 
 // Opens the root for a management walk: a root that does not exist holds nothing.
@@ -247,13 +243,10 @@ Result<PruneReport> DiskCache::prune(std::uint64_t max_bytes) {
   if (!evicted) return std::move(evicted).error();
   auto found = scan_files(**root, std::nullopt);
   if (!found) return std::move(found).error();
-  auto left = remove_leftovers(*s_, *found);
-  if (!left) return std::move(left).error();
   out.evicted = evicted->evicted;
   out.bytes_freed = evicted->bytes_freed;
   out.bytes_after = evicted->bytes_after;
-  out.temp_files_removed = left->temp_files;
-  out.lock_files_removed = left->lock_files;
+  FJ_TRY(remove_leftovers(*s_, *found, out));
   return out;
 }
 
@@ -272,10 +265,7 @@ Result<ClearReport> DiskCache::clear(const std::optional<std::string>& arch) {
     out.entries_removed += 1;
     out.bytes_freed += e.bytes;
   }
-  auto left = remove_leftovers(*s_, *found);
-  if (!left) return std::move(left).error();
-  out.temp_files_removed = left->temp_files;
-  out.lock_files_removed = left->lock_files;
+  FJ_TRY(remove_leftovers(*s_, *found, out));
   s_->log("cleared " + std::to_string(out.entries_removed) + " entries (" + std::to_string(out.bytes_freed) +
           " bytes) from " + (arch ? "arch " + *arch : std::string("all arches")));
   return out;

@@ -1,6 +1,6 @@
-// Helpers shared by the cache tests: a private temp folder per test, opening a cache, keys and
-// raw file access. Environment overrides, the log sink, file helpers and forked children come from
-// tests/support/test_support.hpp.
+// Helpers shared by the cache tests: a private temp folder per test, opening a cache, keys, build
+// callbacks and raw file access. Environment overrides, the log sink, file helpers and forked
+// children come from tests/support/test_support.hpp.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -57,6 +58,14 @@ inline PrivateDir private_dir(const std::string& path) {
 
 inline EntryKey make_key(const std::string& name, const std::string& arch = "sm_90a") {
   return EntryKey{arch, name, hash_hex("content of " + arch + "/" + name)};
+}
+
+// A build callback for get_or_build that returns `payload`, counting its runs in `runs` if given.
+inline std::function<Result<std::string>()> builder_of(std::string payload, int* runs = nullptr) {
+  return [payload, runs]() -> Result<std::string> {
+    if (runs) ++*runs;
+    return payload;
+  };
 }
 
 // Forks `child` as a process that opens a cache at `root` and builds `key`: holding the key's lock,

@@ -20,17 +20,6 @@ using namespace flashjit::cache;
 using namespace flashjit::cache::test;
 using namespace std::chrono_literals;
 
-namespace {
-
-std::function<Result<std::string>()> builder_of(std::string payload, int* runs = nullptr) {
-  return [payload, runs]() -> Result<std::string> {
-    if (runs) ++*runs;
-    return payload;
-  };
-}
-
-}  // namespace
-
 TEST_CASE("disk_cache: store then load round trip; other keys miss") {
   TempDir tmp;
   auto cache = open_cache(tmp / "root");

@@ -21,14 +21,6 @@ using namespace std::chrono_literals;
 
 using test_support::run_bounded;
 
-namespace {
-
-std::function<Result<std::string>()> builder_of(std::string payload) {
-  return [payload]() -> Result<std::string> { return payload; };
-}
-
-}  // namespace
-
 TEST_CASE("entry kinds: a FIFO in place of an entry never blocks; it is a miss, replaced by the next build") {
   TempDir tmp;
   const std::string root = tmp / "root";

@@ -24,18 +24,22 @@ namespace flashjit::fuzz {
 using u128 = unsigned __int128;
 inline constexpr u128 kAddressSpace = u128(1) << 64;
 
-// Called from LLVMFuzzerInitialize: see the top of the file. The disk cache stays out of the way.
+// Called by c_engine() before it makes the engine: see the top of the file. The disk cache stays
+// out of the way.
 inline void make_compiles_fail_fast() {
   ::setenv("FLASHJIT_NVRTC_PATH", "/nonexistent/flashjit-fuzz/libnvrtc.so", 1);
   ::setenv("FLASHJIT_DISK_CACHE", "0", 1);
 }
 
-// Called from LLVMFuzzerInitialize by targets that call launching entry points: their calls
-// then fail with FLASHJIT_LIBRARY_MISSING where they would first need the device.
+// Called from LLVMFuzzerInitialize, before c_engine(), by targets that call launching entry
+// points: their calls then fail with FLASHJIT_LIBRARY_MISSING where they would first need the device.
 inline void make_launches_fail_fast() { ::setenv("FLASHJIT_LIBCUDA_PATH", "/nonexistent/flashjit-fuzz/libcuda.so", 1); }
 
+// The engine every call of a target goes to, made on the first call (each target's
+// LLVMFuzzerInitialize) once compiles are made to fail fast.
 inline flashjit_engine* c_engine() {
   static flashjit_engine* e = [] {
+    make_compiles_fail_fast();
     flashjit_engine* made = nullptr;
     if (flashjit_engine_create(&made) != FLASHJIT_OK) fail("engine_create", flashjit_last_error());
     return made;

@@ -400,38 +400,45 @@ write(b, "hash_uppercase", REPAIR + bundle(record("sm_80", "k", HASH_A.upper(), 
 write(b, "same_file_two_keys", REPAIR + bundle(record("sm_80", "k", HASH_A, b"first"),
                                               record("sm_80", "k", HASH_A[:16] + HASH_B[16:], b"second")))
 
-# --- fuzz_variant_json and fuzz_workload_json: JSON text --------------------------------------
-v = "fuzz_variant_json"
-write(v, "basic", '[{"dtype": "bf16", "head_dim": 128, "mask": "causal", "lse": true},\n'
-                  ' {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4}]\n')
-write(v, "wrapped", '{"variants": [{"head_dim": 64, "dtype": "tf32"}]}')
-write(v, "issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360}]')
-write(v, "issue6_defect6_vec_2p32_plus_8", '[{"head_dim": 64, "vec": 4294967304}]')
-write(v, "head_dim_u64_max", '[{"head_dim": 18446744073709551615}]')
-write(v, "head_dim_float", '[{"head_dim": 64.0}]')
-write(v, "head_dim_string", '[{"head_dim": "64"}]')
-write(v, "vec_not_dividing", '[{"head_dim": 36, "vec": 8}]')
-write(v, "tiling_overflow", '[{"head_dim": 64, "tiling": "m99999999999n64w4s2"}]')
-write(v, "unknown_field_escape", '[{"head_dim": 64, "\\u001b]0;x\\u0007": 1}]')
-write(v, "dtype_escape", '[{"head_dim": 64, "dtype": "f\\u001b[2J\\u202e"}]')
-write(v, "invalid_utf8", b'[{"head_dim": 64, "dtype": "\xff\xfe"}]')
-write(v, "issue6_defect3_nested_1000", "[" * 1000 + "]" * 1000)
-write(v, "nested_64_ok", "[" * 63 + '{"head_dim": 64}' + "]" * 63)
-write(v, "brackets_in_strings", '[{"head_dim": 64, "tiling": "' + "[{" * 100 + '\\""}]')
-
-w = "fuzz_workload_json"
+# --- fuzz_variant_json and fuzz_workload_json: JSON text, one (name, text) pair a seed -------------
 with open(os.path.join(HERE, "..", "..", "bench", "workloads", "prefill_grid_f16.json"), "rb") as f:
-    write(w, "prefill_grid_f16", f.read())
-write(w, "gqa_lse_defaults", '[{"dtype": "bf16", "head_dim": 128, "gqa": true, "lse": true, "seqlen_q": 512}]')
-write(w, "seqlen_q_missing", '[{"head_dim": 64}]')
-write(w, "seqlen_q_u64_max", '[{"head_dim": 64, "seqlen_q": 18446744073709551615}]')
-write(w, "seqlen_k_2p63", '[{"head_dim": 64, "seqlen_q": 1024, "seqlen_k": 9223372036854775808}]')
-write(w, "seqlen_q_float", '[{"head_dim": 64, "seqlen_q": 1e3}]')
-write(w, "batch_x_heads_negative", '[{"head_dim": 64, "seqlen_q": 1024, "batch_x_heads": -1}]')
-write(w, "issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360, "seqlen_q": 1024}]')
-# Issue 6, defect 3: the reproducer itself, nested 200,000 deep (400 KB; git stores it in ~1 KB).
-write(w, "issue6_defect3_nested_200000", "[" * 200000 + "]" * 200000)
-write(w, "nested_objects", "[" + '{"a":' * 1000 + "1" + "}" * 1000 + "]")
+    PREFILL_GRID = f.read()
+JSON_SEEDS = {
+    "fuzz_variant_json": [
+        ("basic", '[{"dtype": "bf16", "head_dim": 128, "mask": "causal", "lse": true},\n'
+                  ' {"head_dim": 64, "head_dim_v": 32, "gqa": true, "tiling": "m64n64w4s2", "vec": 4}]\n'),
+        ("wrapped", '{"variants": [{"head_dim": 64, "dtype": "tf32"}]}'),
+        ("issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360}]'),
+        ("issue6_defect6_vec_2p32_plus_8", '[{"head_dim": 64, "vec": 4294967304}]'),
+        ("head_dim_u64_max", '[{"head_dim": 18446744073709551615}]'),
+        ("head_dim_float", '[{"head_dim": 64.0}]'),
+        ("head_dim_string", '[{"head_dim": "64"}]'),
+        ("vec_not_dividing", '[{"head_dim": 36, "vec": 8}]'),
+        ("tiling_overflow", '[{"head_dim": 64, "tiling": "m99999999999n64w4s2"}]'),
+        ("unknown_field_escape", '[{"head_dim": 64, "\\u001b]0;x\\u0007": 1}]'),
+        ("dtype_escape", '[{"head_dim": 64, "dtype": "f\\u001b[2J\\u202e"}]'),
+        ("invalid_utf8", b'[{"head_dim": 64, "dtype": "\xff\xfe"}]'),
+        ("issue6_defect3_nested_1000", "[" * 1000 + "]" * 1000),
+        ("nested_64_ok", "[" * 63 + '{"head_dim": 64}' + "]" * 63),
+        ("brackets_in_strings", '[{"head_dim": 64, "tiling": "' + "[{" * 100 + '\\""}]'),
+    ],
+    "fuzz_workload_json": [
+        ("prefill_grid_f16", PREFILL_GRID),
+        ("gqa_lse_defaults", '[{"dtype": "bf16", "head_dim": 128, "gqa": true, "lse": true, "seqlen_q": 512}]'),
+        ("seqlen_q_missing", '[{"head_dim": 64}]'),
+        ("seqlen_q_u64_max", '[{"head_dim": 64, "seqlen_q": 18446744073709551615}]'),
+        ("seqlen_k_2p63", '[{"head_dim": 64, "seqlen_q": 1024, "seqlen_k": 9223372036854775808}]'),
+        ("seqlen_q_float", '[{"head_dim": 64, "seqlen_q": 1e3}]'),
+        ("batch_x_heads_negative", '[{"head_dim": 64, "seqlen_q": 1024, "batch_x_heads": -1}]'),
+        ("issue6_defect6_head_dim_2p32_plus_64", '[{"head_dim": 4294967360, "seqlen_q": 1024}]'),
+        # Issue 6, defect 3: the reproducer itself, nested 200,000 deep (400 KB; git stores it in ~1 KB).
+        ("issue6_defect3_nested_200000", "[" * 200000 + "]" * 200000),
+        ("nested_objects", "[" + '{"a":' * 1000 + "1" + "}" * 1000 + "]"),
+    ],
+}
+for target, seeds in JSON_SEEDS.items():
+    for name, text in seeds:
+        write(target, name, text)
 
 # --- fuzz_env_values: parser byte + value ------------------------------------------------------
 BYTE_SIZE, TUNE_MODE, ARCH, TILING, DTYPE_MASK, PRINTABLE = (bytes([i]) for i in range(6))

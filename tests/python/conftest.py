@@ -51,6 +51,7 @@ def _sequences(q, k, v, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table, kv_sta
 def bottom_right_visible(len_q, len_k, causal=False, window_left=-1, window_right=-1, device=None):
     """[len_q, len_k] bool: which keys each query sees, causal and windows aligned bottom right as
     flashjit and FlashAttention do (query i's diagonal key is i + len_k - len_q); -1 is no limit."""
+    # Kept apart from flashjit.transformers' _check_pattern on purpose: the oracle shares no code with what it checks.
     import torch
     i = torch.arange(len_q, device=device)[:, None] + (len_k - len_q)
     j = torch.arange(len_k, device=device)[None, :]

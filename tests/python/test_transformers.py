@@ -94,9 +94,17 @@ def models(config, implementations, seed=0):
     return out
 
 
+def tiny(config_class, **fields):
+    """A config_class config of a tiny decoder: 2 layers of 4 attention heads, hidden size 64, MLP
+    width 128, a vocabulary of 128 (padded_batch's token ids) and 256 positions; `fields` add to
+    these or replace them."""
+    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=256)
+    return config_class(**{**sizes, **fields})
+
+
 def llama(**extra):
-    return transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, **extra)
+    return tiny(transformers.LlamaConfig, num_key_value_heads=2, **extra)
 
 
 def padded_batch(lengths, total, left=True, seed=1):
@@ -151,25 +159,20 @@ def test_llama_greedy_generation_matches_sdpa(cpu_reference_kernel, cache):
 
 
 def test_sliding_window_logits_and_generation_match_sdpa(cpu_reference_kernel):
-    config = transformers.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=1, sliding_window=5,
-                                        max_position_embeddings=256)
+    config = tiny(transformers.MistralConfig, num_key_value_heads=1, sliding_window=5)
     assert_same_logits_and_generation(config, "sdpa", (16, 9))
 
 
 def test_softcap_and_alternating_windows_match_eager(cpu_reference_kernel):
-    config = transformers.Gemma2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
-                                       attn_logit_softcapping=2.0, query_pre_attn_scalar=16,
-                                       max_position_embeddings=256)
+    config = tiny(transformers.Gemma2Config, num_key_value_heads=2, head_dim=16, sliding_window=4,
+                  attn_logit_softcapping=2.0, query_pre_attn_scalar=16)
     assert_same_logits_and_generation(config, "eager", (12, 8))
 
 
 def test_sinks_match_eager(cpu_reference_kernel):
-    config = transformers.GptOssConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
-                                       num_experts_per_tok=2, sliding_window=4,
-                                       layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256)
+    config = tiny(transformers.GptOssConfig, intermediate_size=64, num_key_value_heads=2, head_dim=16,
+                  num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                  layer_types=["sliding_attention", "full_attention"])
     ms = assert_same_logits_and_generation(config, "eager", (10, 7))
     assert ms[NAME].model.layers[0].self_attn.sinks.abs().sum() > 0  # the sinks were in play
 
