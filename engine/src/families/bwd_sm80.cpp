@@ -75,7 +75,7 @@ struct BwdWorkspace {
 };
 BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
   auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
-  const int dqk = fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign);  // the kernels' kDQK
+  const int dqk = fj_layout::bwd_padded_head_dim(s.head_dim_qk, s.head_dim_v);  // the kernels' kDQK
   const std::uint64_t rows = std::uint64_t(shape.batch) * std::uint64_t(shape.heads_q) *
                              std::uint64_t((shape.seqlen_q + block_m - 1) / block_m * block_m);
   BwdWorkspace w;
