@@ -70,8 +70,8 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "sideways"}, "--pass: must be one of forward, backward, both"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "bwd_sm80"}, "bwd_sm80 is a backward family"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80", "--pass", "both"}, "fa2_sm80 is a forward family"},
-      {{"--arch", "sm_80", "--head-dim", "256", "--pass", "backward"}, "no backward kernel family serves"},
-      {{"--arch", "sm_80", "--set", "prefill", "--pass", "both"}, "the backward takes 1 to 128"},
+      {{"--arch", "sm_80", "--dtype", "f32", "--head-dim", "64", "--pass", "backward"}, "no backward kernel family serves"},
+      {{"--arch", "sm_80", "--set", "all-dims", "--pass", "both"}, "q.dtype: the backward takes f16 or bf16"},
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "backward", "--tiling", "m128n64w4s2"},
        "not a tiling of any backward family"},
   }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
