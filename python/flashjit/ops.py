@@ -22,8 +22,8 @@ under no_grad). Where grad is enabled and an input requires grad, the public fun
 flashjit's FlashAttention-style API on it) run torch.ops.flashjit.attention_train instead: the
 same operator computing its LSE too, whose autograd formula calls torch.ops.flashjit.attention_backward
 (the engine's backward: dq, dk, dv; the LSE output is not differentiated, as FlashAttention's).
-What the backward does not support (so far it takes fp16/bf16, head dims 1 to 128 alike for q, k
-and v, causal or not, GQA/MQA, windows, softcap and ALiBi; not varlen, kv_lens, paged, sinks or
+What the backward does not support (so far it takes fp16/bf16, head dims 1 to 256, q/k's apart
+from v's, causal or not, GQA/MQA, windows, softcap and ALiBi; not varlen, kv_lens, paged, sinks or
 fp32) raises the engine's message when backward runs. Called
 directly, torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not
 registered" warning on backward instead.

@@ -20,7 +20,7 @@ aten's kernels would read flashjit's LSE, output and rng state as if FlashAttent
 them, which nothing proves (rows that see no key, for one, get LSE -inf from flashjit and +inf from
 FlashAttention-2), while flashjit's backward reads exactly what flashjit's forward wrote. It covers
 the engine's backward: dense, causal or not, windows, grouped-query heads (enable_gqa), fp16/bf16,
-head dims 1 to 128, no dropout; anything else raises naming the argument and the rule (the forward still runs,
+head dims 1 to 256, no dropout; anything else raises naming the argument and the rule (the forward still runs,
 and warns with the engine's message where autograd records it, as flashjit's own functions do).
 If a forward ran with autograd recording, the route outlives restore_flash_attention_impl() for the
 rest of the process (a graph recorded through flashjit may still be backpropagated later); aten's

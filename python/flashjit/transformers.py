@@ -16,7 +16,7 @@ custom 4-d masks) raise NotImplementedError naming what was asked, never a diffe
 Served: GQA/MQA, left and right padding, sliding windows, softcap, attention sinks (`s_aux`, cast to
 fp32), dynamic, sliding-window and static caches (decode included), bidirectional encoders and
 cross-attention over padded batches. Not served: dropout, training beyond the backward's subset (so far
-dense fp16/bf16 batches, head dims up to 128, no sinks/varlen: see flashjit.ops),
+dense fp16/bf16 batches, head dims up to 256, no sinks/varlen: see flashjit.ops),
 output_attentions (the weights come back as None). The mask function reads the device once per
 forward and mask kind when there is a padding mask (as transformers' own FlashAttention masks do),
 so a compiled forward breaks its graph there.

@@ -21,8 +21,6 @@
 //
 // Not yet covered (docs/design/backward.md has the plan for each):
 //   - paged K/V, kv_starts (refused by the host);
-//   - head dims past 128 (the split of dK/dV over the head dim is here; the registers of
-//     BLOCK_N x 256 accumulators are not);
 //   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
 #include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/dq_store.cuh"

@@ -9,8 +9,8 @@
 
 namespace fj_layout {
 
-// Head dims pad to 16: a 16-bit mma consumes k in steps of 16 and one ldmatrix.x4 covers two
-// n8 tiles (the same rule as fa2_sm80's layout).
+// Head dims pad to 16 (up to kBwdWideHeadDim): a 16-bit mma consumes k in steps of 16 and one
+// ldmatrix.x4 covers two n8 tiles (the same rule as fa2_sm80's layout).
 constexpr int kBwdHeadDimAlign = 16;
 // 16-bit rows pad by 8 elements (16 bytes): an odd multiple of 16 bytes per row puts the 8 rows
 // one ldmatrix reads (plain or transposed) in distinct banks, and so the 8 rows of a C-layout
@@ -19,27 +19,48 @@ constexpr int kBwdRowPad16 = 8;
 // Every warp tile side is a whole number of 16-row / 16-column mma steps (an m16 tile, a k16
 // step, or a pair of n8 tiles one ldmatrix.x4 fills).
 constexpr int kBwdMmaSide = 16;
+// Past this padded width a pair of head dims is wide. A width of an odd count of 16-column
+// steps puts every warp of dK/dV along the keys, 16 keys' whole rows a warp: (Dqk + Dv) / 2
+// fp32 registers a thread, up to 256 at D = 256 (beside S, dP or dQ): too many past here.
+constexpr int kBwdWideHeadDim = 128;
+// Wide pairs pad both head dims to 32: an even count of 16-column steps, so 8 warps split dK
+// and dV of 64 keys 4 along the keys x 2 along the head dims (FlashAttention-2's shape at 256).
+constexpr int kBwdWideHeadDimAlign = 32;
 
 FJ_HOST_DEVICE constexpr int bwd_round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// Whether head dims `head_dim` and `other` (Q/K's and V's, either order) take the wide padding.
+FJ_HOST_DEVICE constexpr bool bwd_wide(int head_dim, int other) {
+  return bwd_round_up(head_dim > other ? head_dim : other, kBwdHeadDimAlign) > kBwdWideHeadDim;
+}
+
+// The padded width of head dim `head_dim` beside the other one (`other`): what the mma tiles,
+// the shared rows and the dQ accumulator's rows hold (the kernels' kDQK and kDV).
+FJ_HOST_DEVICE constexpr int bwd_padded_head_dim(int head_dim, int other) {
+  return bwd_round_up(head_dim, bwd_wide(head_dim, other) ? kBwdWideHeadDimAlign : kBwdHeadDimAlign);
+}
+
 // How many of `warps` warps go along the rows of a rows x cols product (the rest go along its
-// columns): the split whose warp tile has the smallest rows + cols, i.e. the fewest fragment
-// loads from shared memory per mma (A fragments go with the rows, B with the columns); ties go
-// to fewer warps along the rows. Every warp tile side must be a multiple of 16. 0: no split.
-FJ_HOST_DEVICE constexpr int bwd_warps_along_rows(int warps, int rows, int cols) {
+// columns), where cols2 is a second product's width sharing the split (dK and dV: Dqk and Dv;
+// 0: none): the split whose warp tile has the smallest rows + cols (the wider), i.e. the fewest
+// fragment loads from shared memory per mma (A fragments go with the rows, B with the columns);
+// ties go to fewer warps along the rows. Every warp tile side must be a multiple of 16, in both
+// widths. 0: no split.
+FJ_HOST_DEVICE constexpr int bwd_warps_along_rows(int warps, int rows, int cols, int cols2 = 0) {
+  const int widest = cols > cols2 ? cols : cols2;
   int best = 0, best_cost = 0;
   for (int wm = 1; wm <= warps; ++wm) {
     if (warps % wm != 0) continue;
     const int wn = warps / wm;
-    if (rows % (kBwdMmaSide * wm) != 0 || cols % (kBwdMmaSide * wn) != 0) continue;
-    const int cost = rows / wm + cols / wn;
+    if (rows % (kBwdMmaSide * wm) != 0 || cols % (kBwdMmaSide * wn) != 0 || cols2 % (kBwdMmaSide * wn) != 0) continue;
+    const int cost = rows / wm + widest / wn;
     if (best == 0 || cost < best_cost) best = wm, best_cost = cost;
   }
   return best;
 }
 
 struct BwdLayout {
-  int dqk;        // padded head dim of Q, K, dQ, dK
+  int dqk;        // padded head dim of Q, K, dQ, dK (bwd_padded_head_dim)
   int dv;         // padded head dim of V, O, dO, dV
   int stride_qk;  // shared row stride of the Q and K tiles, in elements
   int stride_v;   // shared row stride of the V and dO tiles
@@ -65,17 +86,14 @@ FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int head_dim_qk, int head_dim_v, i
   constexpr int kElemBytes = 2;
   constexpr int kFloatBytes = 4;
   BwdLayout l{};
-  l.dqk = bwd_round_up(head_dim_qk, kBwdHeadDimAlign);
-  l.dv = bwd_round_up(head_dim_v, kBwdHeadDimAlign);
+  l.dqk = bwd_padded_head_dim(head_dim_qk, head_dim_v);
+  l.dv = bwd_padded_head_dim(head_dim_v, head_dim_qk);
   l.stride_qk = l.dqk + kBwdRowPad16;
   l.stride_v = l.dv + kBwdRowPad16;
   l.stride_ps = block_n + kBwdRowPad16;
   l.sdp_warps_m = bwd_warps_along_rows(warps, block_m, block_n);
   // dK and dV share the split (one loop of their products): both head dims must divide.
-  l.dkv_warps_n = bwd_warps_along_rows(warps, block_n, l.dqk > l.dv ? l.dqk : l.dv);
-  if (l.dkv_warps_n != 0 && (l.dqk % (kBwdMmaSide * (warps / l.dkv_warps_n)) != 0 ||
-                             l.dv % (kBwdMmaSide * (warps / l.dkv_warps_n)) != 0))
-    l.dkv_warps_n = 0;
+  l.dkv_warps_n = bwd_warps_along_rows(warps, block_n, l.dqk, l.dv);
   l.dq_warps_m = bwd_warps_along_rows(warps, block_m, l.dqk);
   l.q_stage = block_m * l.stride_qk * kElemBytes;
   l.dout_stage = block_m * l.stride_v * kElemBytes;

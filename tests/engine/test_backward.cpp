@@ -3,11 +3,13 @@
 // naming the argument), the family's tile rules and its launch plan and workspace.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "backward_problem.hpp"
 #include "flashjit/flashjit.hpp"
 #include "kernel_family.hpp"
+#include "templates/bwd_sm80/layout.cuh"
 #include "templates/bwd_sm80/params.cuh"
 #include "workspace_pool.hpp"
 
@@ -34,6 +36,16 @@ BackwardArgs make(DType dt = DType::f16, std::int64_t D = 64, std::int64_t Sq = 
   b.dq = TensorView::bhsd(addr(7), dt, B, Sq, Hq, D);  // any strides
   b.dk = TensorView::bshd(addr(8), dt, B, Sk, Hkv, D);
   b.dv = TensorView::bshd(addr(9), dt, B, Sk, Hkv, D);
+  return b;
+}
+
+// make()'s call with V, O, dO and dV of head dim Dv, q, k, dq, dk of Dqk (MLA-like pairs).
+BackwardArgs make_qk_v(DType dt, std::int64_t Dqk, std::int64_t Dv) {
+  BackwardArgs b = make(dt, Dqk);
+  for (TensorView* t : {&b.forward.v, &b.forward.o, &b.dout, &b.dv}) {
+    const std::int64_t* n = t->shape;
+    *t = TensorView::bshd(t->data, dt, n[0], n[1], n[2], Dv);
+  }
   return b;
 }
 
@@ -145,8 +157,6 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
   };
   const Case cases[] = {
       {"fp32", [](BackwardArgs& b) { b = make(DType::f32); }, "q.dtype"},
-      {"head dim 160", [](BackwardArgs& b) { b = make(DType::f16, 160); }, "head_dim"},
-      {"head dim 256", [](BackwardArgs& b) { b = make(DType::f16, 256); }, "head_dim"},
       {"kv_starts", [](BackwardArgs& b) {
          b.forward.kv_starts = reinterpret_cast<const std::int32_t*>(addr(11));
        }, "kv_starts"},
@@ -187,7 +197,7 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
   CHECK(old.error().code() == Code::unsupported);
 }
 
-TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and head dims 1-128 plan a bwd_sm80 variant") {
+TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and head dims 1-256, Dqk != Dv, plan a bwd_sm80 variant") {
   struct Case {
     const char* what;
     void (*set)(BackwardArgs&);
@@ -202,6 +212,16 @@ TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and head dims 1-128 plan a
       {"head dim 1", [](BackwardArgs& b) { b = make(DType::f16, 1); }},
       {"head dim 40", [](BackwardArgs& b) { b = make(DType::bf16, 40); }},
       {"head dim 96", [](BackwardArgs& b) { b = make(DType::f16, 96); }},
+      {"head dim 160", [](BackwardArgs& b) { b = make(DType::f16, 160); }},
+      {"head dim 192", [](BackwardArgs& b) { b = make(DType::bf16, 192); }},
+      {"head dim 256", [](BackwardArgs& b) { b = make(DType::f16, 256); }},
+      {"dqk 192, dv 128", [](BackwardArgs& b) { b = make_qk_v(DType::bf16, 192, 128); }},
+      {"dqk 72, dv 40", [](BackwardArgs& b) { b = make_qk_v(DType::f16, 72, 40); }},
+      {"dqk 40, dv 256", [](BackwardArgs& b) { b = make_qk_v(DType::f16, 40, 256); }},
+      {"head dim 256, gqa, window", [](BackwardArgs& b) {
+         b = make(DType::bf16, 256, 77, 130, 8, 2);
+         b.forward.window = Window{16, 5};
+       }},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -270,6 +290,54 @@ TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
       CHECK(check_variant({"bwd_sm80", sem, bwd().default_tiling(a, sem, nullptr)}, a).ok());
     }
   }
+}
+
+TEST_CASE("backward: wide head dims and Dqk != Dv: padding, defaults per arch, a candidate for every pair") {
+  const Arch sm80 = Arch::parse("sm_80").value(), sm86 = Arch::parse("sm_86").value(), sm90 = Arch::parse("sm_90a").value();
+  auto sem = [](int dqk, int dv) { return validate_backward(make_qk_v(DType::bf16, dqk, dv)).value().semantics; };
+  auto def = [](const Arch& a, const Semantics& s) { return bwd().default_tiling(a, s, nullptr).name(); };
+  // Past 128 both head dims pad to 32 (an even count of 16-column steps: dK/dV split over the head dims).
+  CHECK(fj_layout::bwd_padded_head_dim(200, 136) == 224);
+  CHECK(fj_layout::bwd_padded_head_dim(136, 200) == 160);
+  CHECK(fj_layout::bwd_padded_head_dim(40, 256) == 64);
+  CHECK(fj_layout::bwd_padded_head_dim(72, 40) == 80);  // not wide: 16 as before
+  // FlashAttention-2's 64 x 64 on 8 warps: two stages on sm_90 (217 KB at 256), one on sm_80 where
+  // two do not fit; sm_86/89's 99 KB take 64 x 32 (8 warps, or 4 where 8 cannot split 32 keys x
+  // 160) or, at 256, 32 x 32 on 4 warps.
+  const Semantics d160 = sem(160, 160), d192 = sem(192, 192), d256 = sem(256, 256), mla = sem(192, 128);
+  CHECK(def(sm90, d256) == "m64n64w8q2");
+  CHECK(def(sm80, d256) == "m64n64w8q1");
+  CHECK(def(sm86, d256) == "m32n32w4q1");
+  CHECK(def(sm90, d192) == "m64n64w8q2");
+  CHECK(def(sm80, d192) == "m64n64w8q1");
+  CHECK(def(sm86, d192) == "m64n32w8q1");
+  CHECK(def(sm80, d160) == "m64n64w8q2");
+  CHECK(def(sm86, d160) == "m64n32w4q1");
+  CHECK(def(sm80, mla) == "m64n64w8q2");
+  CHECK(def(sm86, mla) == "m64n32w8q1");
+  CHECK(variant_smem_bytes({"bwd_sm80", d256, bwd().default_tiling(sm90, d256, nullptr)}) == 222208);  // 217 KB
+  // The dQ tile joins dK and dV in phase 2: 64 x 64 on 4 warps at 256 would hold 128 + 128 of them.
+  const auto wide = bwd().candidate_tilings(sm90, d256);
+  CHECK(std::find(wide.begin(), wide.end(), tiling(64, 64, 4)) == wide.end());
+  CHECK(std::find(wide.begin(), wide.end(), tiling(32, 32, 4)) != wide.end());
+  // 8 warps cannot split 32 keys x 160 (5 steps of 32 columns): the message names both head dims.
+  CHECK(mentions(bwd().check_tiling(sem(160, 96), tiling(64, 32, 8)).error().message(),
+                 "BLOCK_N x the head dim (dK and dV) at head dim 160 (q, k) and 96 (v)"));
+  // Every pair of padded widths, with and without the score edits' register cap, has candidates on
+  // every arch, and the default is one of them.
+  for (const Arch& a : {sm80, sm86, sm90})
+    for (int dqk = 16; dqk <= 256; dqk += 16)
+      for (int dv = 16; dv <= 256; dv += 16)
+        for (bool window : {false, true}) {
+          Semantics s = sem(dqk, dv);
+          s.window = window;
+          INFO(a.name() << " dqk " << dqk << " dv " << dv << " window " << window);
+          REQUIRE(bwd().refusal(a, s, nullptr) == nullptr);
+          const auto candidates = bwd().candidate_tilings(a, s);
+          REQUIRE(!candidates.empty());
+          const Tiling d = bwd().default_tiling(a, s, nullptr);
+          CHECK(std::find(candidates.begin(), candidates.end(), d) != candidates.end());
+        }
 }
 
 TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {

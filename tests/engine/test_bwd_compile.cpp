@@ -1,8 +1,10 @@
-// bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; each of GQA, window, softcap,
-// ALiBi, varlen, kv_lens alone; all six at head dim 128; all four together, where they need the most registers, at head dims 1 to 128), on every candidate tiling and the default, compile through the engine's path (check_variant,
-// render_source, NVRTC with the engine's options) for sm_80 and sm_90a with no GPU, and its
-// cubin exports the three entry points the launch plan names. tests/templates/compile_bwd_check.py
-// adds the register and spill report.
+// bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; head dim 256 and Dqk = 192 with
+// Dv = 128 at their defaults; each of GQA, window, softcap, ALiBi, varlen, kv_lens alone at head
+// dim 128; all six at 128 and 256; all four together, where they need the most registers,
+// at head dims 1 to 256 and odd pairs), on every candidate tiling and the default, compile through
+// the engine's path (check_variant, render_source, NVRTC with the engine's options) for sm_80 and
+// sm_90a with no GPU, and its cubin exports the three entry points the launch plan names.
+// tests/templates/compile_bwd_check.py adds the register and spill report.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,10 +24,11 @@ namespace {
 
 const KernelFamily& bwd() { return *find_family("bwd_sm80"); }
 
-Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8) {
+Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8, int dv = 0) {
   Semantics s;
   s.dtype = dt;
-  s.head_dim_qk = s.head_dim_v = d;
+  s.head_dim_qk = d;
+  s.head_dim_v = dv ? dv : d;
   s.mask = m;
   s.vec = vec;
   return s;
@@ -73,16 +76,6 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
   std::vector<std::pair<KernelVariant, Arch>> jobs;
   for (const char* arch_name : {"sm_80", "sm_90a"}) {
     const Arch arch = Arch::parse(arch_name).value();
-    for (DType dt : {DType::f16, DType::bf16})
-      for (int d : {64, 128})
-        for (Mask m : {Mask::none, Mask::causal}) {
-          const Semantics s = backward_semantics(dt, d, m);
-          REQUIRE(bwd().refusal(arch, s, nullptr) == nullptr);
-          std::vector<Tiling> tilings = bwd().candidate_tilings(arch, s);
-          const Tiling def = bwd().default_tiling(arch, s, nullptr);
-          if (std::find(tilings.begin(), tilings.end(), def) == tilings.end()) tilings.push_back(def);
-          for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
-        }
     auto add_all_tilings = [&](const Semantics& s) {
       REQUIRE(bwd().refusal(arch, s, nullptr) == nullptr);
       std::vector<Tiling> tilings = bwd().candidate_tilings(arch, s);
@@ -90,7 +83,15 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
       if (std::find(tilings.begin(), tilings.end(), def) == tilings.end()) tilings.push_back(def);
       for (const Tiling& t : tilings) jobs.push_back({{"bwd_sm80", s, t}, arch});
     };
-    // Each feature alone, at the widest head dim's default tiling.
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (Mask m : {Mask::none, Mask::causal}) add_all_tilings(backward_semantics(dt, d, m));
+    // Wide head dims and MLA's pair at their default tilings (every candidate: with all features below).
+    for (auto [dqk, dv] : {std::pair{256, 256}, std::pair{192, 128}})
+      for (const Semantics& s : {backward_semantics(DType::f16, dqk, Mask::none, 8, dv),
+                                 backward_semantics(DType::bf16, dqk, Mask::causal, 8, dv)})
+        jobs.push_back({{"bwd_sm80", s, bwd().default_tiling(arch, s, nullptr)}, arch});
+    // Each feature alone, at head dim 128's default tiling.
     for (bool Semantics::*feature : {&Semantics::gqa, &Semantics::window, &Semantics::softcap, &Semantics::alibi,
                                      &Semantics::varlen, &Semantics::kv_lens}) {
       Semantics s = backward_semantics(DType::f16, 128, Mask::causal);
@@ -104,9 +105,21 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
         s.gqa = s.window = s.softcap = s.alibi = true;
         add_all_tilings(s);
       }
-    // Ragged batches and per-sequence key counts with everything else, at the widest head dim.
+    // The wide head dims and odd pairs (72/40 pads to 80/48; 200/136 to 224/160), causal only.
+    for (auto [dqk, dv] : {std::pair{160, 160}, std::pair{192, 192}, std::pair{256, 256}, std::pair{192, 128},
+                           std::pair{72, 40}, std::pair{200, 136}}) {
+      Semantics s = backward_semantics(DType::bf16, dqk, Mask::causal, 8, dv);
+      s.gqa = s.window = s.softcap = s.alibi = true;
+      add_all_tilings(s);
+    }
+    // Ragged batches and per-sequence key counts with everything else, at head dims 128 and 256.
     for (Mask m : {Mask::none, Mask::causal}) {
       Semantics s = backward_semantics(DType::f16, 128, m);
+      s.gqa = s.window = s.softcap = s.alibi = s.varlen = s.kv_lens = true;
+      add_all_tilings(s);
+    }
+    {
+      Semantics s = backward_semantics(DType::f16, 256, Mask::causal);
       s.gqa = s.window = s.softcap = s.alibi = s.varlen = s.kv_lens = true;
       add_all_tilings(s);
     }

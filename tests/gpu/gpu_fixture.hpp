@@ -33,9 +33,22 @@ inline double tolerance(const tools::CaseSpec& s) {
   return 0;
 }
 
-// Compiles the variants `cases` will run on every core at once, into the disk cache, so the
-// cases themselves only load them (a suite of hundreds of variants would otherwise compile one
-// at a time).
+// Compiles `variants` for this GPU on every core at once, into the disk cache, so the cases
+// themselves only load them (a suite of hundreds of variants would otherwise compile one at a
+// time).
+inline void compile_variants(const std::vector<KernelVariant>& variants) {
+  Fixture& f = Fixture::get();
+  const std::string arch = f.gpu.info().arch;
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next++) < variants.size();) (void)f.engine->compile(variants[i], arch);
+    });
+  for (auto& th : pool) th.join();
+}
+
+// Compiles the variants `cases` will run (compile_variants).
 inline void precompile(const std::vector<tools::AttentionCase>& cases) {
   Fixture& f = Fixture::get();
   const std::string arch = f.gpu.info().arch;
@@ -44,13 +57,7 @@ inline void precompile(const std::vector<tools::AttentionCase>& cases) {
   for (const auto& c : cases)
     if (auto p = f.engine->plan(c.args(), arch); p.ok() && seen.insert(p->variant.name()).second)
       variants.push_back(p->variant);
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next++) < variants.size();) (void)f.engine->compile(variants[i], arch);
-    });
-  for (auto& th : pool) th.join();
+  compile_variants(variants);
 }
 
 void check_one(const tools::AttentionCase& c);

@@ -1,23 +1,24 @@
 // The backward pass on the GPU (bwd_sm80): dq, dk and dv against a float64 CPU reference computed
 // here from the same fp16/bf16 inputs, on small odd shapes (no tile divides them), causal or not,
-// both 16-bit dtypes, head dims 64 and 128 and odd ones, gradients in [B,S,H,D] or [B,H,S,D]
+// both 16-bit dtypes, head dims 64 and 128, odd ones, wide ones (160, 192, 256) and Dqk != Dv
+// (MLA's 192/128, odd pairs each side of 128), gradients in [B,S,H,D] or [B,H,S,D]
 // storage, GQA/MQA (4:1, 16:1), sliding windows narrower and wider than the sequence, softcap
 // with large logits, ALiBi. Each case
 // runs three times: on a caller workspace full of garbage, then twice on the engine's pool, and
 // every run must pass (nothing left over from an earlier call). dk and dv must be bit-identical
 // between runs; dq is summed with atomics in any order, so only its error bound is checked.
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
 #include <set>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "base/host_float.hpp"
 #include "gpu_fixture.hpp"
+#include "kernel_family.hpp"
 
 using namespace flashjit;
 using flashjit::gpu_test::Fixture;
@@ -33,7 +34,8 @@ constexpr std::uint32_t kSeed = 2024;
 
 struct BwdCase {
   DType dtype = DType::f16;
-  std::int64_t B = 2, H = 3, Sq = 77, Sk = 130, D = 64;
+  std::int64_t B = 2, H = 3, Sq = 77, Sk = 130, D = 64;  // D: head dim of q and k (and v unless Dv)
+  std::int64_t Dv = 0;   // head dim of v, o, dO; 0: D
   std::int64_t Hkv = 0;  // key/value heads; 0: H (no GQA)
   bool causal = false;
   bool bhsd_grads = false;  // dq, dk, dv in [B,H,S,D] storage
@@ -42,10 +44,12 @@ struct BwdCase {
   std::optional<float> softmax_scale;  // unset: 1/sqrt(D)
   bool alibi = false;                  // slopes kAlibiSlope0 / 2^h, one row for the batch
   std::int64_t kv_heads() const { return Hkv ? Hkv : H; }
+  std::int64_t dv() const { return Dv ? Dv : D; }
   std::string describe() const {
     std::string out = std::string(dtype_name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H);
     if (Hkv) out += "/" + std::to_string(Hkv);
-    out += " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) + (causal ? " causal" : " none");
+    out += " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
+           (Dv ? "/" + std::to_string(Dv) : "") + (causal ? " causal" : " none");
     if (window) out += " win" + std::to_string(window->left) + "," + std::to_string(window->right);
     if (softcap) out += " cap" + std::to_string(int(*softcap));
     if (softmax_scale) out += " scale" + std::to_string(*softmax_scale).substr(0, 4);
@@ -59,7 +63,8 @@ struct BwdCase {
 constexpr double kAlibiSlope0 = 0.5;
 float alibi_slope(std::int64_t h) { return float(kAlibiSlope0 / double(1ll << h)); }
 
-// Host tensors, [B,S,H,D] row-major, holding the values the kernels see (already rounded).
+// Host tensors, [B,S,H,D] row-major (D: q, k, dq, dk; Dv: v, o, dO, dv), holding the values the
+// kernels see (already rounded).
 struct HostProblem {
   BwdCase c;
   std::vector<float> q, k, v, dout, o, lse;  // o rounded to the dtype, lse fp32 [B,H,Sq]
@@ -79,18 +84,19 @@ std::int64_t at(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t S, 
 HostProblem make_problem(const BwdCase& c) {
   HostProblem p;
   p.c = c;
-  std::mt19937 rng(kSeed + std::uint32_t(c.D + c.Sq + 7 * c.causal + 3 * int(c.dtype) + 11 * c.Hkv));
+  std::mt19937 rng(kSeed + std::uint32_t(c.D + c.Sq + 7 * c.causal + 3 * int(c.dtype) + 11 * c.Hkv + 13 * c.Dv));
   std::normal_distribution<float> normal(0.f, 1.f);
   auto fill = [&](std::vector<float>& x, std::int64_t n) {
     x.resize(std::size_t(n));
     for (float& e : x) e = quantize(normal(rng), c.dtype);
   };
   const std::int64_t Hkv = c.kv_heads(), group = c.H / Hkv;
-  const std::int64_t nq = c.B * c.Sq * c.H * c.D, nk = c.B * c.Sk * Hkv * c.D;
-  fill(p.q, nq), fill(p.k, nk), fill(p.v, nk), fill(p.dout, nq);
-  p.o.assign(std::size_t(nq), 0.f);
+  const std::int64_t Dv = c.dv(), nq = c.B * c.Sq * c.H * c.D, nk = c.B * c.Sk * Hkv * c.D;
+  const std::int64_t no = c.B * c.Sq * c.H * Dv, nv = c.B * c.Sk * Hkv * Dv;
+  fill(p.q, nq), fill(p.k, nk), fill(p.v, nv), fill(p.dout, no);
+  p.o.assign(std::size_t(no), 0.f);
   p.lse.assign(std::size_t(c.B * c.H * c.Sq), 0.f);
-  p.dq.assign(std::size_t(nq), 0.0), p.dk.assign(std::size_t(nk), 0.0), p.dv.assign(std::size_t(nk), 0.0);
+  p.dq.assign(std::size_t(nq), 0.0), p.dk.assign(std::size_t(nk), 0.0), p.dv.assign(std::size_t(nv), 0.0);
   const double scale = c.softmax_scale ? double(*c.softmax_scale) : 1.0 / std::sqrt(double(c.D));
   const std::int64_t offset = c.Sk - c.Sq;  // the bottom-right diagonal
   std::vector<double> prob(std::size_t(c.Sk)), dp(std::size_t(c.Sk)), dzds(std::size_t(c.Sk));
@@ -99,7 +105,7 @@ HostProblem make_problem(const BwdCase& c) {
       for (std::int64_t i = 0; i < c.Sq; ++i) {
         const std::int64_t hk = h / group;
         const float* qi = &p.q[std::size_t(at(b, i, h, c.Sq, c.H, c.D))];
-        const float* doi = &p.dout[std::size_t(at(b, i, h, c.Sq, c.H, c.D))];
+        const float* doi = &p.dout[std::size_t(at(b, i, h, c.Sq, c.H, Dv))];
         std::int64_t first = 0, last = c.Sk - 1;
         if (c.causal) last = std::min(last, i + offset);
         if (c.window && c.window->left >= 0) first = std::max(first, i + offset - c.window->left);
@@ -129,25 +135,26 @@ HostProblem make_problem(const BwdCase& c) {
         const double row_lse = m + std::log(sum);
         lse = float(row_lse);
         double dsum = 0;
-        std::vector<double> oi(std::size_t(c.D), 0.0);
+        std::vector<double> oi(std::size_t(Dv), 0.0);
         for (std::int64_t j = first; j <= last; ++j) {
-          const float* vj = &p.v[std::size_t(at(b, j, hk, c.Sk, Hkv, c.D))];
+          const float* vj = &p.v[std::size_t(at(b, j, hk, c.Sk, Hkv, Dv))];
           prob[std::size_t(j)] = std::exp(prob[std::size_t(j)] - row_lse);
           double d = 0;
-          for (std::int64_t e = 0; e < c.D; ++e) d += double(doi[e]) * vj[e], oi[std::size_t(e)] += prob[std::size_t(j)] * vj[e];
+          for (std::int64_t e = 0; e < Dv; ++e) d += double(doi[e]) * vj[e], oi[std::size_t(e)] += prob[std::size_t(j)] * vj[e];
           dp[std::size_t(j)] = d;
           dsum += prob[std::size_t(j)] * d;
         }
-        for (std::int64_t e = 0; e < c.D; ++e)
-          p.o[std::size_t(at(b, i, h, c.Sq, c.H, c.D) + e)] = quantize(float(oi[std::size_t(e)]), c.dtype);
+        for (std::int64_t e = 0; e < Dv; ++e)
+          p.o[std::size_t(at(b, i, h, c.Sq, c.H, Dv) + e)] = quantize(float(oi[std::size_t(e)]), c.dtype);
         for (std::int64_t j = first; j <= last; ++j) {
           const double ds = prob[std::size_t(j)] * (dp[std::size_t(j)] - dsum) * dzds[std::size_t(j)];
           const std::int64_t kj = at(b, j, hk, c.Sk, Hkv, c.D), qi_at = at(b, i, h, c.Sq, c.H, c.D);
           for (std::int64_t e = 0; e < c.D; ++e) {
             p.dq[std::size_t(qi_at + e)] += ds * p.k[std::size_t(kj + e)];
             p.dk[std::size_t(kj + e)] += ds * qi[e];
-            p.dv[std::size_t(kj + e)] += prob[std::size_t(j)] * doi[e];
           }
+          const std::int64_t vj_at = at(b, j, hk, c.Sk, Hkv, Dv);
+          for (std::int64_t e = 0; e < Dv; ++e) p.dv[std::size_t(vj_at + e)] += prob[std::size_t(j)] * doi[e];
         }
       }
   return p;
@@ -199,19 +206,19 @@ void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
   AttentionArgs& f = a.forward;
   f.q = TensorView::bshd(at[0], c.dtype, c.B, c.Sq, c.H, c.D);
   f.k = TensorView::bshd(at[1], c.dtype, c.B, c.Sk, Hkv, c.D);
-  f.v = TensorView::bshd(at[2], c.dtype, c.B, c.Sk, Hkv, c.D);
-  f.o = TensorView::bshd(at[3], c.dtype, c.B, c.Sq, c.H, c.D);
+  f.v = TensorView::bshd(at[2], c.dtype, c.B, c.Sk, Hkv, c.dv());
+  f.o = TensorView::bshd(at[3], c.dtype, c.B, c.Sq, c.H, c.dv());
   f.lse = LseView::contiguous(static_cast<float*>(const_cast<void*>(at[4])), c.B, c.H, c.Sq);
   f.mask = c.causal ? Mask::causal : Mask::none;
   f.window = c.window;
   f.softcap = c.softcap;
   f.softmax_scale = c.softmax_scale;
   if (c.alibi) f.alibi = Alibi{static_cast<const float*>(at[9]), 0};
-  a.dout = TensorView::bshd(at[5], c.dtype, c.B, c.Sq, c.H, c.D);
+  a.dout = TensorView::bshd(at[5], c.dtype, c.B, c.Sq, c.H, c.dv());
   auto grad = c.bhsd_grads ? &TensorView::bhsd : &TensorView::bshd;
   a.dq = grad(at[6], c.dtype, c.B, c.Sq, c.H, c.D);
   a.dk = grad(at[7], c.dtype, c.B, c.Sk, Hkv, c.D);
-  a.dv = grad(at[8], c.dtype, c.B, c.Sk, Hkv, c.D);
+  a.dv = grad(at[8], c.dtype, c.B, c.Sk, Hkv, c.dv());
 }
 
 struct DeviceProblem {
@@ -237,12 +244,13 @@ void make_device(const HostProblem& p, DeviceProblem& d) {
             d.args);
 }
 
-// Poisons the gradients, runs the backward, checks each against the bound; returns dk's and dv's bits.
-std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, const char* run) {
+// Poisons the gradients, runs the backward (on `tiling` where given, else the default), checks
+// each against the bound; returns dk's and dv's bits.
+std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, const char* run, const Tiling* tiling = nullptr) {
   Fixture& f = Fixture::get();
   INFO(run);
   for (auto* b : {&d.dq, &d.dk, &d.dv}) REQUIRE(b->fill_bytes(kGarbage).ok());
-  auto st = f.engine->backward(d.args, nullptr);
+  auto st = tiling ? f.engine->backward_with_tiling(d.args, *tiling, nullptr) : f.engine->backward(d.args, nullptr);
   REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
   REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
   std::vector<std::uint16_t> kept, bits;
@@ -285,6 +293,26 @@ void check_case(const BwdCase& c) {
   CHECK_MESSAGE(first == second, "dk and dv must be bit-identical from call to call");
 }
 
+// Case c on every candidate tiling of its variant on this GPU (the autotuner's choices), each
+// compiled on every core first, then run once on the engine's pool.
+void check_every_tiling(const BwdCase& c) {
+  Fixture& f = Fixture::get();
+  INFO(c.describe());
+  const std::string arch = f.gpu.info().arch;
+  const HostProblem p = make_problem(c);
+  DeviceProblem d;
+  make_device(p, d);
+  auto plan = f.engine->plan_backward(d.args, arch);
+  REQUIRE_MESSAGE(plan.ok(), (plan.ok() ? "" : plan.error().to_string()));
+  const KernelVariant variant = plan->variant;
+  const auto tilings = find_family(variant.family)->candidate_tilings(Arch::parse(arch).value(), variant.semantics);
+  CHECK(!tilings.empty());
+  std::vector<KernelVariant> variants;
+  for (const Tiling& t : tilings) variants.push_back({variant.family, variant.semantics, t});
+  gpu_test::compile_variants(variants);
+  for (const Tiling& t : tilings) (void)run_once(p, d, t.name().c_str(), &t);
+}
+
 // The views of `c` at fake addresses, for planning only.
 void fake_views(const BwdCase& c, BackwardArgs& a) {
   auto at_slot = [](std::uintptr_t slot) { return reinterpret_cast<const void*>(slot << 32); };
@@ -304,13 +332,7 @@ void precompile(const std::vector<BwdCase>& cases) {
     if (auto plan = f.engine->plan_backward(a, arch); plan.ok() && seen.insert(plan->variant.name()).second)
       variants.push_back(plan->variant);
   }
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next++) < variants.size();) (void)f.engine->compile(variants[i], arch);
-    });
-  for (auto& th : pool) th.join();
+  gpu_test::compile_variants(variants);
 }
 
 }  // namespace
@@ -369,6 +391,46 @@ TEST_CASE("backward: GQA/MQA, windows, softcap, ALiBi and odd head dims match fl
     add(d % 2 ? DType::f16 : DType::bf16, d, d > 64, [](BwdCase&) {});
   precompile(cases);
   for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: wide head dims (160, 192, 256) and Dqk != Dv match float64, twice, on garbage workspace") {
+  std::vector<BwdCase> cases;
+  auto add = [&](DType dt, std::int64_t d, std::int64_t dv, bool causal, auto&& set) {
+    BwdCase c;
+    c.dtype = dt, c.D = d, c.Dv = dv == d ? 0 : dv, c.causal = causal;
+    set(c);
+    cases.push_back(c);
+  };
+  auto none = [](BwdCase&) {};
+  // FlashAttention-2's wide head dims, both dtypes and masks.
+  add(DType::f16, 160, 160, false, none);
+  add(DType::bf16, 160, 160, true, none);
+  add(DType::bf16, 192, 192, false, none);
+  add(DType::f16, 192, 192, true, none);
+  add(DType::f16, 256, 256, false, none);
+  add(DType::bf16, 256, 256, true, [](BwdCase& c) { c.bhsd_grads = true; });
+  // MLA-like Dqk = 192, Dv = 128; odd pairs each side of 128 (72/40 pads to 80/48, 200/136 to
+  // 224/160); a narrow Dqk beside a wide Dv.
+  add(DType::bf16, 192, 128, true, none);
+  add(DType::f16, 192, 128, false, [](BwdCase& c) { c.H = 8, c.Hkv = 2; });
+  add(DType::f16, 72, 40, true, none);
+  add(DType::bf16, 200, 136, false, none);
+  add(DType::f16, 40, 256, true, none);
+  // The features at 256: GQA with a window, softcap and ALiBi, Sq > Sk.
+  add(DType::bf16, 256, 256, true, [](BwdCase& c) { c.H = 8, c.Hkv = 2, c.window = Window{30, 0}; });
+  add(DType::f16, 256, 256, false, [](BwdCase& c) { c.softcap = 20.f, c.softmax_scale = 1.f, c.alibi = true; });
+  add(DType::bf16, 192, 128, true, [](BwdCase& c) { c.Sq = 130, c.Sk = 77, c.window = Window{16, 0}; });
+  precompile(cases);
+  for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: every candidate tiling of the wide head dims and MLA's pair matches float64") {
+  for (auto [d, dv, dt, causal] : {std::tuple{256, 256, DType::bf16, true}, std::tuple{160, 160, DType::f16, false},
+                                   std::tuple{192, 128, DType::f16, true}}) {
+    BwdCase c;
+    c.dtype = dt, c.D = d, c.Dv = dv == d ? 0 : dv, c.causal = causal;
+    check_every_tiling(c);
+  }
 }
 
 TEST_CASE("backward: small case (compute-sanitizer runs this one)") {

@@ -48,9 +48,10 @@ def prepare_templates(tmp):
 
 # (name, semantics, tiling (BLOCK_M, BLOCK_N, warps, stages), arch, run arguments)
 def cases(quick):
-    def sem(dtype, d, mask, **feats):
-        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask,
-             "vec": next(v for v in (8, 4, 2, 1) if d % v == 0)}
+    def sem(dtype, d, mask, dv=None, **feats):  # head dims d (q, k) and dv (v; d unless given)
+        dv = d if dv is None else dv
+        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": dv, "mask": mask,
+             "vec": next(v for v in (8, 4, 2, 1) if d % v == 0 and dv % v == 0)}
         s.update(feats)
         return s
 
@@ -62,6 +63,9 @@ def cases(quick):
     out.append(("f16 d64 causal sq>sk sm80 order", sem("f16", 64, "causal"), (128, 128, 8, 1), 800,
                 {"sq": 130, "sk": 77}))
     out.append(("bf16 d128 none 64x64w4 s1", sem("bf16", 128, "none"), (64, 64, 4, 1), 800, {}))
+    # Wide head dims' defaults (sm_90a, sm_80) and MLA's Dqk = 192, Dv = 128.
+    out.append(("bf16 d256 causal", sem("bf16", 256, "causal"), (64, 64, 8, 2), 900, {}))
+    out.append(("f16 d192/128 none", sem("f16", 192, "none", dv=128), (64, 64, 8, 1), 800, {}))
     if quick:
         return out
     out += [
@@ -88,6 +92,22 @@ def cases(quick):
          (64, 64, 4, 1), 900, {"hq": 4, "hkv": 2, "left": 70, "varlen_q": "0,150,40,33", "varlen_k": "60,150,200,0"}),
         ("bf16 d64 det kv_lens window 30,20", sem("bf16", 64, "none", deterministic=True, kv_lens=True, window=True),
          (64, 64, 4, 2), 900, {"sq": 170, "sk": 260, "kv_lens": "250,90", "left": 30, "right": 20}),
+        # Wide head dims and Dqk != Dv: sm_86/89's defaults (64 x 32, 32 x 32), an odd pair each
+        # side of 128 (72/40: padded to 80/48; 200/136: to 224/160), a narrow Dqk beside a wide Dv.
+        ("f16 d256 gqa window 32x32w4", sem("f16", 256, "causal", gqa=True, window=True), (32, 32, 4, 1), 800,
+         {"hq": 4, "hkv": 2, "b": 1, "left": 40}),
+        ("bf16 d160 64x32w4", sem("bf16", 160, "none"), (64, 32, 4, 1), 800, {}),
+        ("f16 d192 all", sem("f16", 192, "causal", gqa=True, window=True, softcap=True, alibi=True), (64, 64, 8, 2), 900,
+         {"hq": 4, "hkv": 1, "b": 1, "left": 50, "softcap": 20, "scale": 1}),
+        ("bf16 d192/128 gqa 64x32w8", sem("bf16", 192, "causal", dv=128, gqa=True), (64, 32, 8, 1), 800,
+         {"hq": 4, "hkv": 2, "b": 1}),
+        ("f16 d72/40 causal", sem("f16", 72, "causal", dv=40), (64, 64, 4, 2), 900, {}),
+        ("bf16 d200/136 window", sem("bf16", 200, "none", dv=136, window=True), (64, 64, 8, 1), 900,
+         {"left": 24, "right": 9}),
+        ("f16 d40/256", sem("f16", 40, "none", dv=256), (32, 64, 8, 2), 900, {}),
+        ("bf16 d192/128 varlen sinks", sem("bf16", 192, "causal", dv=128, varlen=True, sinks=True), (64, 64, 8, 2), 900,
+         {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
+        ("f16 d256 kv_lens", sem("f16", 256, "none", kv_lens=True), (64, 32, 8, 2), 900, {"kv_lens": "100,3"}),
     ]
     return out
 

@@ -13,7 +13,8 @@ Mirrors the engine:
   - the options are engine/src/compiler.cpp's compile_options (--gpu-architecture, --std=c++17,
     -DNDEBUG, --no-source-include), plus --ptxas-options=-v for the resource report only.
 
-Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--filter SUBSTRING] [--nvrtc PATH]
+Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--arch sm_80] [--dims 256 --dims 192/128]
+                                                   [--filter SUBSTRING] [--nvrtc PATH]
 Exit status 0 when every variant compiles without spills, 1 otherwise.
 """
 import argparse
@@ -140,96 +141,125 @@ def resources(log):
     return out
 
 
-# engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128}, 4 or 8
-# warps, 1 or 2 stages, every product's warp split (templates/bwd_sm80/layout.cuh's
-# bwd_warps_along_rows) whole 16 x 16 steps, at most MAX_ACCUMULATORS fp32 accumulators a thread
-# (dK, dV, S, dP) and, with a window, softcap, ALiBi, varlen or kv_lens, at most
-# MAX_SCORE_REGISTERS_WITH_EDITS of S and dP. Shared memory is not checked: sm_90a's 227 KB fits every candidate.
+# engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128} ({32, 64} for
+# wide head dims: layout.cuh's bwd_wide), 4 or 8 warps, 1 or 2 stages, every product's warp split
+# (templates/bwd_sm80/layout.cuh's bwd_warps_along_rows) whole 16 x 16 steps, at most
+# MAX_ACCUMULATORS fp32 accumulators a thread (dK, dV, and S + dP or dQ, the larger) and, with a
+# window, softcap, ALiBi, varlen or kv_lens, at most MAX_SCORE_REGISTERS_WITH_EDITS of S and dP;
+# shared memory within sm_90a's 227 KB (SMEM_LIMIT).
 MAX_ACCUMULATORS = 192
 MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap, ALiBi, varlen or kv_lens
+SMEM_LIMIT = 227 * 1024  # sm_90a's opt-in shared memory a block
+WIDE_HEAD_DIM = 128  # kBwdWideHeadDim: past it both head dims pad to 32 (kBwdWideHeadDimAlign)
 
 
-def warps_along_rows(warps, rows, cols):
+def padded(d, other):
+    """layout.cuh's bwd_padded_head_dim."""
+    wide = (max(d, other) + 15) // 16 * 16 > WIDE_HEAD_DIM
+    align = 32 if wide else 16
+    return (d + align - 1) // align * align
+
+
+def warps_along_rows(warps, rows, cols, cols2=0):
     """layout.cuh's bwd_warps_along_rows: the split with the smallest warp tile rows + cols."""
     best, best_cost = 0, 0
     for wm in range(1, warps + 1):
         if warps % wm:
             continue
         wn = warps // wm
-        if rows % (16 * wm) or cols % (16 * wn):
+        if rows % (16 * wm) or cols % (16 * wn) or cols2 % (16 * wn):
             continue
-        cost = rows // wm + cols // wn
+        cost = rows // wm + max(cols, cols2) // wn
         if best == 0 or cost < best_cost:
             best, best_cost = wm, cost
     return best
 
 
-def splits(d, bm, bn, w):
-    d_pad = (d + 15) // 16 * 16
-    return warps_along_rows(w, bm, bn) and warps_along_rows(w, bn, d_pad) and warps_along_rows(w, bm, d_pad)
+def smem_bytes(dqk, dv, bm, bn, st):
+    """layout.cuh's bwd_layout(...).smem_bytes."""
+    sqk, sv, sps = padded(dqk, dv) + 8, padded(dv, dqk) + 8, bn + 8
+    return 2 * (bn * (sqk + sv) + st * bm * (sqk + sv) + 2 * bm * sps) + 2 * st * bm * 4
 
 
-def candidate_tilings(d, feats):
+def candidate_tilings(dqk, dv, feats):
     out = []
-    d_pad = (d + 15) // 16 * 16
+    a, b = padded(dqk, dv), padded(dv, dqk)
+    wide = max(a, b) > WIDE_HEAD_DIM
     edits = any(feats.get(k) for k in ("window", "softcap", "alibi", "varlen", "kv_lens"))
-    for bm in (64, 128):
-        for bn in (64, 128):
+    blocks = (32, 64) if wide else (64, 128)  # kWideBlocks, kBlocks
+    for bm in blocks:
+        for bn in blocks:
             for w in (4, 8):
                 for st in (1, 2):
-                    if not splits(d, bm, bn, w):
+                    if not (warps_along_rows(w, bm, bn) and warps_along_rows(w, bn, a, b) and warps_along_rows(w, bm, a)):
                         continue
                     threads = 32 * w
                     scores = 2 * bm * bn // threads
                     if edits and scores > MAX_SCORE_REGISTERS_WITH_EDITS:
                         continue
-                    if (bn * 2 * d_pad + 2 * bm * bn) // threads <= MAX_ACCUMULATORS:
+                    if smem_bytes(dqk, dv, bm, bn, st) > SMEM_LIMIT:
+                        continue
+                    if (bn * (a + b) + max(2 * bm * bn, bm * a)) // threads <= MAX_ACCUMULATORS:
                         out.append((bm, bn, w, st))
     return out
 
 
-def default_tiling(d, feats):
-    """bwd_sm80.cpp's default_tiling on sm_90a (shared memory aside: it fits every candidate)."""
-    cands = candidate_tilings(d, feats)
-    narrow = (d + 15) // 16 * 16 <= 64
-    preferred = ([(128, 128, 8, 2)] if narrow else []) + [(64, 128, 8, 2), (64, 64, 4, 2)]
+def default_tiling(dqk, dv, feats):
+    """bwd_sm80.cpp's default_tiling on sm_90a."""
+    cands = candidate_tilings(dqk, dv, feats)
+    a, b = padded(dqk, dv), padded(dv, dqk)
+    if max(a, b) > WIDE_HEAD_DIM:
+        preferred = [(64, 64, 8, 2), (64, 64, 8, 1), (64, 32, 8, 2), (64, 32, 8, 1), (64, 32, 4, 2), (64, 32, 4, 1),
+                     (32, 32, 4, 2), (32, 32, 4, 1)]
+    else:
+        preferred = ([(128, 128, 8, 2)] if max(a, b) <= 64 else []) + [(64, 128, 8, 2), (64, 64, 4, 2)]
     for t in preferred:
         if t in cands:
             return t
     return cands[0]
 
 
-# Feature sets: each alone at the default tiling (head dims 64 and 128), and all of them (the
-# most registers) on every candidate tiling of every head dim in HEAD_DIMS.
+# Feature sets: each alone at the default tiling (head dims 64, 128, 256 and 192/128), and all of
+# them (the most registers) on every candidate tiling of every head dim pair in HEAD_DIMS.
 FEATURES = {"": {}, "gqa": {"gqa": True}, "window": {"window": True}, "softcap": {"softcap": True},
             "alibi": {"alibi": True}, "varlen": {"varlen": True}, "kvlens": {"kv_lens": True},
             "det": {"deterministic": True}}
-ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True, "varlen": True, "kv_lens": True,
-       "deterministic": True}
-HEAD_DIMS = (1, 33, 40, 64, 72, 96, 112, 128)  # every padded width but 32: the smallest, narrow copies, chunk counts not dividing the threads, the old two
+ALL = {"gqa": True, "window": True, "softcap": True, "alibi": True, "varlen": True, "kv_lens": True}
+FEATURES["all_det"] = dict(ALL, deterministic=True)  # deterministic mode's registers on top of all, at the defaults
+DEFAULT_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+# Every padded width up to 128 but 32 (the smallest, narrow copies, chunk counts not dividing the
+# threads, the old two), the wide ones FlashAttention-2 serves (160, 192, 256), MLA's 192/128, and
+# odd pairs (72/40: both narrow; 200/136: wide, padded to 224/160).
+HEAD_DIMS = ((1, 1), (33, 33), (40, 40), (64, 64), (72, 72), (96, 96), (112, 112), (128, 128), (160, 160), (192, 192),
+             (256, 256), (192, 128), (72, 40), (200, 136))
 
 
-def variants(quick):
-    def one(dtype, d, mask, feats, tag, tiling):
+def variants(quick, dims=None):
+    def one(dtype, dqk, dv, mask, feats, tag, tiling):
         bm, bn, w, st = tiling
-        # The widest access dividing the head dim, as the host's widest_vec picks for dense views.
-        vec = next(v for v in (8, 4, 2, 1) if d % v == 0)
-        sem = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": d, "mask": mask, "vec": vec}
+        # The widest access dividing the head dims, as the host's widest_vec picks for dense views.
+        vec = next(v for v in (8, 4, 2, 1) if dqk % v == 0 and dv % v == 0)
+        sem = {"dtype": dtype, "head_dim_qk": dqk, "head_dim_v": dv, "mask": mask, "vec": vec}
         sem.update(feats)
+        d = "d%d" % dqk if dqk == dv else "d%dv%d" % (dqk, dv)
         return (sem, [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w), ("kStages", st)],
-                "bwd_sm80_%s_d%d_%s%s_m%dn%dw%ds%d" % (dtype, d, mask, tag, bm, bn, w, st))
+                "bwd_sm80_%s_%s_%s%s_m%dn%dw%ds%d" % (dtype, d, mask, tag, bm, bn, w, st))
 
     for dtype in ("f16", "bf16"):
         for mask in ("none", "causal"):
-            for d in (64, 128):
+            for dqk, dv in DEFAULT_DIMS:
+                if dims and (dqk, dv) not in dims:
+                    continue
                 for tag, feats in FEATURES.items():
                     if tag and quick:
                         continue
-                    yield one(dtype, d, mask, feats, "_" + tag if tag else "", default_tiling(d, feats))
+                    yield one(dtype, dqk, dv, mask, feats, "_" + tag if tag else "", default_tiling(dqk, dv, feats))
             if not quick:  # registers grow with the features: all of them bound each alone
-                for d in HEAD_DIMS:
-                    for t in candidate_tilings(d, ALL):
-                        yield one(dtype, d, mask, ALL, "_all", t)
+                for dqk, dv in HEAD_DIMS:
+                    if dims and (dqk, dv) not in dims:
+                        continue
+                    for t in candidate_tilings(dqk, dv, ALL):
+                        yield one(dtype, dqk, dv, mask, ALL, "_all", t)
 
 
 def main():
@@ -238,6 +268,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="default tilings only")
     ap.add_argument("--arch", action="append", help="sm_80 and sm_90a unless given")
     ap.add_argument("--show-source", action="store_true")
+    ap.add_argument("--dims", action="append", help="only these head dims, DQK or DQK/DV (repeatable)")
     ap.add_argument("--filter", default="", help="only variants whose name contains this")
     args = ap.parse_args()
     nv = Nvrtc(args.nvrtc)
@@ -245,7 +276,8 @@ def main():
     print("NVRTC %s, %d template files" % (nv.version, len(headers[0])))
     failures = 0
     for arch in args.arch or ["sm_80", "sm_90a"]:
-        for semantics, tiling, name in variants(args.quick):
+        dims = [tuple(int(x) for x in (d + "/" + d if "/" not in d else d).split("/")) for d in args.dims or []]
+        for semantics, tiling, name in variants(args.quick, dims):
             if args.filter not in name:
                 continue
             source = render(semantics, tiling, name)

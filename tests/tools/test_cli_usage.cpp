@@ -70,8 +70,8 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "sideways"}, "--pass: must be one of forward, backward, both"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "bwd_sm80"}, "bwd_sm80 is a backward family"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80", "--pass", "both"}, "fa2_sm80 is a forward family"},
-      {{"--arch", "sm_80", "--head-dim", "256", "--pass", "backward"}, "no backward kernel family serves"},
-      {{"--arch", "sm_80", "--set", "prefill", "--pass", "both"}, "the backward takes 1 to 128"},
+      {{"--arch", "sm_80", "--dtype", "f32", "--head-dim", "64", "--pass", "backward"}, "no backward kernel family serves"},
+      {{"--arch", "sm_80", "--set", "all-dims", "--pass", "both"}, "q.dtype: the backward takes f16 or bf16"},
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "backward", "--tiling", "m128n64w4s2"},
        "not a tiling of any backward family"},
   }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
@@ -126,23 +126,23 @@ TEST_CASE("warmup --pass and the training set list the backward's kernels beside
   CHECK(contains(text.out, "sm_80 bwd_sm80-f16-dqk64-dv64-vec8-"));
   CHECK(contains(text.out, "1 backward kernel would be compiled"));
 
-  // The training set: its forward writes the LSE, its backward (the same 24 variants) does not.
+  // The training set: its forward writes the LSE, its backward (the same 32 variants) does not.
   auto training = run_flashjit({"warmup", "--arch", "sm_80", "--set", "training", "--dry-run", "--json", "--cache-dir", cache});
   REQUIRE(training.code == 0);
   auto jt = training.json();
-  CHECK(count(jt, "backward") == 24);
+  CHECK(count(jt, "backward") == 32);
   for (const auto& v : jt["variants"]) {
     const std::string semantics = v["semantics"];
     CHECK_MESSAGE(contains(semantics, "-lse") == (v["pass"] == "forward"), semantics);
   }
   auto training_text = run_flashjit({"warmup", "--arch", "sm_80", "--set", "training", "--dry-run", "--cache-dir", cache});
-  CHECK(contains(training_text.out, " forward, 24 backward) would be compiled"));
+  CHECK(contains(training_text.out, " forward, 32 backward) would be compiled"));
   // --pass overrides a set's own passes.
   auto only_forward = run_flashjit(
       {"warmup", "--arch", "sm_80", "--set", "training", "--pass", "forward", "--dry-run", "--json", "--cache-dir", cache});
   REQUIRE(only_forward.code == 0);
   CHECK(count(only_forward.json(), "backward") == 0);
-  CHECK(only_forward.json()["variants"].size() == jt["variants"].size() - 24);
+  CHECK(only_forward.json()["variants"].size() == jt["variants"].size() - 32);
   CHECK(missing_or_empty(cache));
 }
 

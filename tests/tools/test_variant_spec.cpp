@@ -54,7 +54,7 @@ TEST_CASE("named sets have the documented sizes and are all valid") {
   CHECK(variant_set("default")->size() == 8);
   CHECK(variant_set("prefill")->size() == 40);
   CHECK(variant_set("all-dims")->size() == 60);
-  CHECK(variant_set("training")->size() == 24);
+  CHECK(variant_set("training")->size() == 32);
   const auto training = variant_set("training");
   for (const auto& v : training.value()) {
     CHECK(v.semantics.write_lse);  // what the backward reads
@@ -273,10 +273,17 @@ TEST_CASE("plan: a backward pass adds the backward family's variants, named as E
   CHECK(contains(plan_warmup(specs, {archs[0]}, false).error().message(),
                  "decode_sm80 is a forward family, but backward kernels were asked for"));
   specs[0].family.clear();
-  specs[0].semantics.head_dim_qk = specs[0].semantics.head_dim_v = 192;
+  specs[0].semantics.head_dim_qk = 192;  // head dims past 128, Dqk != Dv: served
+  specs[0].semantics.head_dim_v = 128;
   auto wide = plan_warmup(specs, {archs[0]}, false);
-  REQUIRE(!wide.ok());
-  CHECK(contains(wide.error().message(), "backward on sm_80: no backward kernel family serves"));
+  REQUIRE(wide.ok());
+  REQUIRE(wide->size() == 1);
+  CHECK(wide->front().variant.family == "bwd_sm80");
+  specs[0].semantics.dtype = DType::f32;
+  specs[0].semantics.vec = 4;
+  auto fp32 = plan_warmup(specs, {archs[0]}, false);
+  REQUIRE(!fp32.ok());
+  CHECK(contains(fp32.error().message(), "backward on sm_80: no backward kernel family serves"));
 }
 
 TEST_CASE("JSON integers are range-checked before narrowing (issue 6, defect 6)") {

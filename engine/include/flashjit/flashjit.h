@@ -189,8 +189,9 @@ uint64_t flashjit_args_v2_size(void);
 
 /* Size-prefixed like flashjit_attention_args_v2: set struct_size = sizeof(flashjit_backward_args_v1)
  * and abi_version = FLASHJIT_ABI_VERSION (5 or newer), zero what you do not use. So far: f16 and
- * bf16, head dim 1 to 128, causal or not, GQA/MQA, sliding windows, softcap and ALiBi; anything else
- * is refused with FLASHJIT_UNSUPPORTED naming the argument. */
+ * bf16, head dims 1 to 256 (q/k's and v's may differ), causal or not, GQA/MQA, sliding windows,
+ * softcap, ALiBi, varlen, kv_lens and sinks; anything else is refused with FLASHJIT_UNSUPPORTED
+ * naming the argument. */
 typedef struct flashjit_backward_args_v1 {
   uint32_t struct_size;
   uint32_t abi_version;

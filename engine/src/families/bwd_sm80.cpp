@@ -31,16 +31,20 @@ constexpr int kMmaSide = fj_layout::kBwdMmaSide;  // every warp tile side: whole
 constexpr int kMaxWarps = 8;     // 256 threads keep 255 registers a thread available
 constexpr int kMaxBlock = 128;   // BLOCK_M or BLOCK_N past this leaves no register room for the tiles
 constexpr int kMaxStages = 2;    // the next Q block in flight under this one: deeper buys nothing per step
+// Candidate BLOCK_M and BLOCK_N: 64 and 128 up to head dim 128; for wide head dims
+// (fj_layout::bwd_wide) 32 and 64. 32 x 32 on 4 warps is the one shape that fits sm_86/89's 99 KB
+// at D = 256 (71 KB); 64 x 64 is FlashAttention-2's tile at every wide head dim, and larger
+// blocks spill at the 192-accumulator peak with every feature on (128 x 64 at D = 192 on sm_80:
+// 24/48 B; 32 x 128 at Dqk = 192, Dv = 128: 24-148 B; compile_bwd_check.py).
+const std::vector<int> kBlocks{64, 128};
+const std::vector<int> kWideBlocks{32, 64};
 constexpr int kPriority = 100;   // the only backward family so far
 constexpr int kThreadsPerWarp = 32;
 // fp32 accumulators a thread holds at the main kernel's peak: dK and dV (for the whole loop)
-// plus S and dP (phase 1; dQ's tile in phase 2 is smaller in every candidate). 64x128 on 8 warps
-// at D = 128 and 128x128 on 8 warps at D = 64 (FlashAttention-2's shapes) hold 192.
+// plus S and dP (phase 1) or dQ's tile (phase 2), whichever is larger (dQ is, past D = 2 *
+// BLOCK_N). 64x128 on 8 warps at D = 128, 128x128 on 8 warps at D = 64 and 64x64 on 8 warps at
+// D = 256 (FlashAttention-2's shapes) hold 192.
 constexpr int kMaxAccumulators = 192;
-// The widest head dim: past it dK + dV of BLOCK_N keys (BLOCK_N * 2 * D / threads fp32
-// registers a thread, 256 at D = 256 with 128 keys on 8 warps) leave no room for S and dP;
-// wider needs smaller key blocks or dK/dV kept in shared memory (docs/design/backward.md).
-constexpr int kMaxHeadDim = 128;
 // S and dP registers a thread may hold (2 * BLOCK_M * BLOCK_N / threads) with a window, softcap,
 // ALiBi, varlen or kv_lens: the element-wise pass forms P and dS with both tiles and dK, dV live,
 // and their per-element work or per-sequence bounds need the room. 128x128 on 8 warps at D = 64
@@ -57,7 +61,8 @@ int threads(const Tiling& t) { return t[kWarps] * kThreadsPerWarp; }
 
 int accumulators(const Semantics& s, const Tiling& t) {
   const fj_layout::BwdLayout l = layout_of(s, t);  // padded head dims: what the mma tiles hold
-  return (t[kBlockN] * (l.dqk + l.dv) + 2 * t[kBlockM] * t[kBlockN]) / threads(t);
+  const int phase = std::max(2 * t[kBlockM] * t[kBlockN], t[kBlockM] * l.dqk);  // S and dP, or dQ
+  return (t[kBlockN] * (l.dqk + l.dv) + phase) / threads(t);
 }
 
 // The S and dP tiles of phase 1, in fp32 registers a thread.
@@ -77,7 +82,7 @@ struct BwdWorkspace {
 };
 BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
   auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
-  const int dqk = fj_layout::bwd_round_up(s.head_dim_qk, fj_layout::kBwdHeadDimAlign);  // the kernels' kDQK
+  const int dqk = fj_layout::bwd_padded_head_dim(s.head_dim_qk, s.head_dim_v);  // the kernels' kDQK
   const std::uint64_t rows = std::uint64_t(shape.batch) * std::uint64_t(shape.heads_q) *
                              std::uint64_t((shape.seqlen_q + block_m - 1) / block_m * block_m);
   BwdWorkspace w;
@@ -100,8 +105,7 @@ class BwdSm80 final : public KernelFamilyBase {
     if (arch.major < 8) return kNeedsSm80;
     if (s.dtype != DType::f16 && s.dtype != DType::bf16)
       return "q.dtype: the backward takes f16 or bf16 so far (fp32 needs its tf32 fragment path)";
-    if (s.head_dim_qk != s.head_dim_v || s.head_dim_qk < 1 || s.head_dim_qk > kMaxHeadDim)
-      return "q.shape[3] and v.shape[3] (head_dim): the backward takes 1 to 128, the same for q, k and v, so far";
+    // Head dims: every pair the forward takes (1 to 256 each, checked before any family sees them).
     if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
 #define FJ_BWD_SCALAR(type, field, rule, constant, tag, typical, backward, params, why) \
@@ -128,7 +132,9 @@ class BwdSm80 final : public KernelFamilyBase {
                                           : nullptr;
     if (product)
       return broken(t, std::to_string(t[kWarps]) + " warps cannot split " + product + " at head dim " +
-                           std::to_string(s.head_dim_qk) + " into warp tiles of whole 16 x 16 mma steps");
+                           std::to_string(s.head_dim_qk) +
+                           (s.head_dim_v == s.head_dim_qk ? "" : " (q, k) and " + std::to_string(s.head_dim_v) + " (v)") +
+                           " into warp tiles of whole 16 x 16 mma steps");
     return {};
   }
 
@@ -136,16 +142,31 @@ class BwdSm80 final : public KernelFamilyBase {
 
   // FlashAttention-2's shapes where they fit and split the head dim: 128x128 on 8 warps for
   // padded head dims up to 64, 64x128 on 8 warps above (170.5 KB at D = 128 with two stages:
-  // sm_90), else 64x64 on 4 warps (sm_86/89's 99 KB); two stages before one (the next Q block's
-  // copies under this one's products), else the first candidate that fits, else the smallest.
+  // sm_90), else 64x64 on 4 warps (sm_86/89's 99 KB). Wide head dims (past 128: 160, 192, 256,
+  // Dqk = 192 with Dv = 128) take 64x64 on 8 warps (217 KB at D = 256 with two stages: sm_90;
+  // 150.5 KB with one: sm_80), else for 99 KB 64x32 on 8 warps (FA2's sm_86 shape at 256, with V
+  // in registers; here it fits 192 and 192/128), 64x32 on 4 warps (D = 160: 8 warps cannot split
+  // 32 keys x 160), 32x32 on 4 warps (D = 256: 71 KB).
+  // Two stages before one (the next Q block's copies under this one's products), else the first
+  // candidate that fits, else the smallest.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
-    const bool narrow = fj_layout::bwd_round_up(std::max(s.head_dim_qk, s.head_dim_v), fj_layout::kBwdHeadDimAlign) <= 64;
     std::vector<Tiling> preferred;
-    for (int stages : {2, 1}) {
-      if (narrow) preferred.push_back(Tiling(kKnobs, {128, 128, 8, stages}));
-      preferred.push_back(Tiling(kKnobs, {64, 128, 8, stages}));
+    auto prefer = [&](int bm, int bn, int w) {
+      for (int stages : {2, 1}) preferred.push_back(Tiling(kKnobs, {bm, bn, w, stages}));
+    };
+    if (fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v)) {
+      prefer(64, 64, 8);
+      prefer(64, 32, 8);
+      prefer(64, 32, 4);
+      prefer(32, 32, 4);
+    } else {
+      const bool narrow = fj_layout::bwd_round_up(std::max(s.head_dim_qk, s.head_dim_v), fj_layout::kBwdHeadDimAlign) <= 64;
+      for (int stages : {2, 1}) {
+        if (narrow) preferred.push_back(Tiling(kKnobs, {128, 128, 8, stages}));
+        preferred.push_back(Tiling(kKnobs, {64, 128, 8, stages}));
+      }
+      prefer(64, 64, 4);
     }
-    for (int stages : {2, 1}) preferred.push_back(Tiling(kKnobs, {64, 64, 4, stages}));
     for (const Tiling& t : preferred)
       if (fits(arch, s, t)) return t;
     const std::vector<Tiling> any = candidate_tilings(arch, s);
@@ -153,9 +174,10 @@ class BwdSm80 final : public KernelFamilyBase {
   }
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
+    const std::vector<int>& blocks = fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v) ? kWideBlocks : kBlocks;
     std::vector<Tiling> out;
-    for (int bm : {64, 128})
-      for (int bn : {64, 128})
+    for (int bm : blocks)
+      for (int bn : blocks)
         for (int w : {4, 8})
           for (int stages : {1, 2}) {
             const Tiling t(kKnobs, {bm, bn, w, stages});

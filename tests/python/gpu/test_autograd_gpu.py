@@ -6,9 +6,10 @@ the same rounded inputs and the same upstream gradient, measured as relative L2 
 a few times the error of SDPA's own backward on the same inputs (measured in the test), so the
 tolerance follows the precision of a production flash backward rather than a guessed constant.
 Grouped-query attention (8 query heads on 2 key/value heads, causal) the same way, the reference
-expanding k and v per query head. Then what training needs: torch.compile(fullgraph=True) of a
+expanding k and v per query head; head dims past 128 (160, 192, 256) and Dqk != Dv (MLA's 192/128,
+odd pairs). Then what training needs: torch.compile(fullgraph=True) of a
 training step, CUDA-graph capture of forward and backward (make_graphed_callables), refusals at
-backward with the engine's message (head dim 160; and a warning at the forward), varlen and kv_lens
+backward with the engine's message (fp32; and a warning at the forward), varlen and kv_lens
 gradients,, and a tiny
 transformer trained 200 steps through flashjit, through SDPA's flash backend and through SDPA's
 math backend from the same init and data."""
@@ -86,6 +87,10 @@ CASES = [  # dtype, batch, seq_q, seq_k, heads, head_dim, causal
     (torch.float16, 2, 203, 65, 2, 64, False),
     (torch.bfloat16, 1, 1, 129, 2, 64, False),    # one query row
     (torch.float16, 1, 1023, 1023, 2, 128, True),
+    (torch.bfloat16, 2, 77, 77, 3, 160, True),    # head dims past 128, as the forward
+    (torch.float16, 1, 257, 257, 2, 192, False),
+    (torch.bfloat16, 2, 65, 203, 2, 256, True),
+    (torch.float16, 1, 333, 333, 2, 256, False),
 ]
 
 
@@ -111,6 +116,29 @@ def check_gradients(dtype, out, got, ref, want_out, want):
         report.append("%s %.3g (sdpa %.3g, rounding %.3g)" % (name, error, sdpa_error, rounding))
         assert error <= OVER_SDPA * max(sdpa_error, rounding) + 1e-6, "; ".join(report)
     print("grad errors:", "; ".join(report))
+
+
+DQK_DV_CASES = [  # dtype, batch, seq_q, seq_k, heads, head_dim of q and k, head_dim of v, causal
+    (torch.bfloat16, 2, 77, 77, 3, 192, 128, True),    # MLA-like
+    (torch.float16, 1, 257, 257, 2, 192, 128, False),
+    (torch.float16, 2, 65, 203, 2, 72, 40, True),      # padded to 80 and 48
+    (torch.bfloat16, 1, 130, 77, 2, 200, 136, False),  # padded to 224 and 160
+    (torch.bfloat16, 1, 100, 100, 2, 40, 256, True),   # a narrow q/k beside a wide v
+]
+
+
+@pytest.mark.parametrize("dtype, b, sq, sk, h, d, dv, causal", DQK_DV_CASES)
+def test_dqk_ne_dv_gradients_match_float64_within_a_few_times_sdpas_error(dtype, b, sq, sk, h, d, dv, causal):
+    """q and k of head dim d, v (and so o, dO, dv) of dv: dk has d columns, dv has dv."""
+    torch.manual_seed(0)
+    q, k = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for s in (sq, sk))
+    v = torch.randn(b, sk, h, dv, device="cuda", dtype=dtype)
+    dout = torch.randn(b, sq, h, dv, device="cuda", dtype=dtype)
+    want_out, want = grads(math_attention, q.double(), k.double(), v.double(), dout.double(), causal)
+    out, got = grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, causal)
+    _, ref = grads(sdpa, q, k, v, dout, causal)
+    assert got[1].shape == (b, sk, h, d) and got[2].shape == (b, sk, h, dv)
+    check_gradients(dtype, out, got, ref, want_out, want)
 
 
 GQA_CASES = [  # dtype, batch, seq_q, seq_k, query heads, key/value heads, head_dim
@@ -154,12 +182,12 @@ def test_self_attention_on_one_tensor_accumulates_all_three_gradients():
 
 
 def test_unsupported_backward_warns_at_forward_and_raises_at_backward():
-    # Head dim 160: the forward takes up to 256, the backward 1 to 128 so far.
-    q = torch.randn(1, 64, 4, 160, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    kv = torch.randn(1, 64, 4, 160, device="cuda", dtype=torch.bfloat16)
-    with pytest.warns(UserWarning, match=r"backward will raise.*\(head_dim\)"):
+    # fp32: the forward takes it, the backward f16 and bf16 so far.
+    q = torch.randn(1, 64, 4, 64, device="cuda", dtype=torch.float32, requires_grad=True)
+    kv = torch.randn(1, 64, 4, 64, device="cuda", dtype=torch.float32)
+    with pytest.warns(UserWarning, match=r"backward will raise.*q\.dtype"):
         out = flash_attn_func(q, kv, kv, causal=True)
-    with pytest.raises(FlashjitError, match=r"\(head_dim\): the backward takes 1 to 128"):
+    with pytest.raises(FlashjitError, match=r"q\.dtype: the backward takes f16 or bf16"):
         out.sum().backward()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")

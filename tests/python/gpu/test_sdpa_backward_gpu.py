@@ -5,9 +5,9 @@ dq, dk, dv through SDPA-with-"FLASHJIT" against SDPA's math backend in float64 o
 inputs and upstream gradient (relative L2), bounded by a few times the error of aten's own flash
 backward on the same inputs, measured in the test; the routed-call counters move by one forward and
 one backward per call; the gradients have aten's strides; no warning at the forward. Grouped-query
-attention (enable_gqa, 8 query heads on 2 key/value heads) the same way. Then refusals at backward
-(the engine's head-dim rule, prefixed by the aten op and warned of at the forward; deterministic
-mode); a tiny training run through F.scaled_dot_product_attention (200 steps) against aten's flash
+attention (enable_gqa, 8 query heads on 2 key/value heads) the same way, and head dims past 128
+(160, 192, 256). Then the engine's refusal at backward (deterministic mode; the aten op's prefix on
+engine refusals: tests/python/test_sdpa_backward.py); a tiny training run through F.scaled_dot_product_attention (200 steps) against aten's flash
 kernels from the same init and data; and a torch.compile training step (inductor checks the
 backward's strides against aten's meta)."""
 import math
@@ -90,6 +90,10 @@ CASES = [  # dtype, batch, heads, seq_q, seq_k, head_dim, causal, layout
     (torch.bfloat16, 3, 4, 333, 333, 64, True, "bshd"),     # odd length
     (torch.float16, 1, 4, 77, 300, 128, False, "bhsd"),     # seq_q != seq_k (SDPA's flash: not causal then)
     (torch.bfloat16, 1, 2, 1, 129, 64, False, "bshd"),      # one query row
+    (torch.bfloat16, 2, 4, 256, 256, 160, True, "bshd"),    # head dims past 128 (aten's flash takes up to 256)
+    (torch.float16, 1, 4, 200, 200, 192, True, "bhsd"),
+    (torch.bfloat16, 1, 4, 333, 333, 256, False, "bhsd"),
+    (torch.float16, 1, 2, 77, 300, 256, False, "bshd"),
 ]
 
 
@@ -162,17 +166,6 @@ def check_against_aten_flash(dtype, q, k, v, dout, **options):
 
 
 # Shapes of their own: the warning at the forward comes once per kind of call and process.
-
-def test_an_unsupported_head_dim_raises_the_engines_message_prefixed(flashjit_sdpa):
-    # Head dim 160: SDPA's flash backend and flashjit's forward take it (up to 256), flashjit's
-    # backward takes 1 to 128 so far.
-    q = torch.randn(1, 3, 128, 160, device="cuda", dtype=torch.float16, requires_grad=True)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.warns(UserWarning, match=r"backward will raise.*\(head_dim\)"):
-        out = F.scaled_dot_product_attention(q, q.detach(), q.detach())
-    op = "_scaled_dot_product_flash_attention_backward"
-    with pytest.raises(FlashjitError, match=op + r" through flashjit: .*\(head_dim\): the backward takes 1 to 128"):
-        out.sum().backward()
-
 
 def test_deterministic_mode_is_refused_by_the_engine(flashjit_sdpa):
     q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16, requires_grad=True)

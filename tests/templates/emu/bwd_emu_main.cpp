@@ -4,7 +4,8 @@
 // what engine/src/kernel_source.cpp renders, ending in #include "bwd_sm80/family.cu").
 // Arguments, key=value: b, hq, hkv, sq, sk (per sequence; varlen: lengths), left, right (window
 // sides, -1 unbounded), softcap, scale, varlen_q/varlen_k (comma lists), kv_lens (comma list),
-// seed. What the variant was compiled for (dtype, head dim, mask, features) comes from fj::cfg.
+// seed. What the variant was compiled for (dtype, head dims, mask, features) comes from fj::cfg:
+// q, k, dq, dk have head dim DQ (kHeadDimQK), v, o, dO, dv have DV (kHeadDimV).
 #include VARIANT_SOURCE
 
 #include <cmath>
@@ -42,11 +43,11 @@ int main(int argc, char** argv) {
   }
   auto get = [&](const char* k, long long d) { return arg.count(k) ? std::stoll(arg[k]) : d; };
   const flashjit::DType dt = fj::cfg::kDtype == 1 ? flashjit::DType::bf16 : flashjit::DType::f16;
-  const long long D = fj::cfg::kHeadDimQK, Hq = get("hq", 3), Hkv = fj::cfg::kGqa ? get("hkv", 1) : Hq;
+  const long long DQ = fj::cfg::kHeadDimQK, DV = fj::cfg::kHeadDimV, Hq = get("hq", 3), Hkv = fj::cfg::kGqa ? get("hkv", 1) : Hq;
   const bool causal = fj::cfg::kMask == 1;
   const long long left_arg = get("left", -1), right_arg = get("right", -1);
   const double softcap = arg.count("softcap") ? std::stod(arg["softcap"]) : 0.0;
-  const double scale = arg.count("scale") ? std::stod(arg["scale"]) : 1.0 / std::sqrt(double(D));
+  const double scale = arg.count("scale") ? std::stod(arg["scale"]) : 1.0 / std::sqrt(double(DQ));
   std::mt19937 rng(unsigned(get("seed", 7)));
   std::normal_distribution<float> normal(0.f, 1.f);
 
@@ -73,13 +74,14 @@ int main(int argc, char** argv) {
     for (float& e : x) e = quantize(normal(rng), dt);
   };
   std::vector<float> q, k, v, dout, o, lse, slopes(static_cast<size_t>(Hq)), sinks(static_cast<size_t>(Hq));
-  fill(q, TB * TSq * Hq * D), fill(k, TB * TSk * Hkv * D), fill(v, TB * TSk * Hkv * D), fill(dout, TB * TSq * Hq * D);
+  fill(q, TB * TSq * Hq * DQ), fill(k, TB * TSk * Hkv * DQ), fill(v, TB * TSk * Hkv * DV), fill(dout, TB * TSq * Hq * DV);
   for (long long h = 0; h < Hq; ++h) slopes[size_t(h)] = float(0.5 / double(1ll << h)), sinks[size_t(h)] = normal(rng);
-  o.assign(q.size(), 0.f);
+  o.assign(dout.size(), 0.f);
   lse.assign(size_t(TB * Hq * TSq), 0.f);
   std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), dsinks(static_cast<size_t>(Hq));
-  auto qat = [&](long long b, long long s, long long h) { return ((b * TSq + s) * Hq + h) * D; };
-  auto kat = [&](long long b, long long s, long long h) { return ((b * TSk + s) * Hkv + h) * D; };
+  // Element offsets of a row of a [batch, seq, heads, D] tensor: q-side rows, key-side rows.
+  auto qat = [&](long long b, long long s, long long h, long long D) { return ((b * TSq + s) * Hq + h) * D; };
+  auto kat = [&](long long b, long long s, long long h, long long D) { return ((b * TSk + s) * Hkv + h) * D; };
   auto lat = [&](long long b, long long h, long long s) { return (b * Hq + h) * TSq + s; };
 
   // ---- the float64 reference (tests/gpu/test_backward.cpp's, per sequence, with sinks)
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     const long long tb = varlen ? 0 : b, off = sq.lk - sq.lq;
     for (long long h = 0; h < Hq; ++h)
       for (long long i = 0; i < sq.lq; ++i) {
-        const long long hk = h / group, qi_at = qat(tb, sq.q0 + i, h);
+        const long long hk = h / group, qi_at = qat(tb, sq.q0 + i, h, DQ), oi_at = qat(tb, sq.q0 + i, h, DV);
         long long first = 0, last = sq.lk - 1;
         if (causal) last = std::min(last, i + off);
         if (fj::cfg::kWindow) first = std::max(first, i + off - wl), last = std::min(last, i + off + wr);
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
         double m = fj::cfg::kSinks ? double(sinks[size_t(h)]) : -INFINITY;
         for (long long j = first; j <= last; ++j) {
           double s = 0;
-          for (long long d = 0; d < D; ++d) s += double(q[size_t(qi_at + d)]) * k[size_t(kat(tb, sq.k0 + j, hk) + d)];
+          for (long long d = 0; d < DQ; ++d) s += double(q[size_t(qi_at + d)]) * k[size_t(kat(tb, sq.k0 + j, hk, DQ) + d)];
           double zz = s * scale, gg = scale;
           if (fj::cfg::kSoftcap) {
             const double t = std::tanh(zz / softcap);
@@ -116,26 +118,26 @@ int main(int argc, char** argv) {
         const double row_lse = m + std::log(sum);
         l = float(row_lse);
         double dsum = 0;
-        std::vector<double> oi(static_cast<size_t>(D), 0.0);
+        std::vector<double> oi(static_cast<size_t>(DV), 0.0);
         for (long long j = first; j <= last; ++j) {
           p[size_t(j)] = std::exp(z[size_t(j)] - row_lse);
           double d = 0;
-          for (long long e = 0; e < D; ++e) {
-            const double vj = v[size_t(kat(tb, sq.k0 + j, hk) + e)];
-            d += double(dout[size_t(qi_at + e)]) * vj, oi[size_t(e)] += p[size_t(j)] * vj;
+          for (long long e = 0; e < DV; ++e) {
+            const double vj = v[size_t(kat(tb, sq.k0 + j, hk, DV) + e)];
+            d += double(dout[size_t(oi_at + e)]) * vj, oi[size_t(e)] += p[size_t(j)] * vj;
           }
           dp[size_t(j)] = d, dsum += p[size_t(j)] * d;
         }
-        for (long long e = 0; e < D; ++e) o[size_t(qi_at + e)] = quantize(float(oi[size_t(e)]), dt);
+        for (long long e = 0; e < DV; ++e) o[size_t(oi_at + e)] = quantize(float(oi[size_t(e)]), dt);
         if (fj::cfg::kSinks) dsinks[size_t(h)] -= std::exp(double(sinks[size_t(h)]) - row_lse) * dsum;
         for (long long j = first; j <= last; ++j) {
           const double ds = p[size_t(j)] * (dp[size_t(j)] - dsum) * g[size_t(j)];
-          const long long kj = kat(tb, sq.k0 + j, hk);
-          for (long long e = 0; e < D; ++e) {
+          const long long kj = kat(tb, sq.k0 + j, hk, DQ), vj = kat(tb, sq.k0 + j, hk, DV);
+          for (long long e = 0; e < DQ; ++e) {
             dq[size_t(qi_at + e)] += ds * k[size_t(kj + e)];
             dk[size_t(kj + e)] += ds * q[size_t(qi_at + e)];
-            dv[size_t(kj + e)] += p[size_t(j)] * dout[size_t(qi_at + e)];
           }
+          for (long long e = 0; e < DV; ++e) dv[size_t(vj + e)] += p[size_t(j)] * dout[size_t(oi_at + e)];
         }
       }
   }
@@ -162,10 +164,13 @@ int main(int argc, char** argv) {
   FjBackwardParams p{};
   FjAttentionParams& f = p.fwd;
   f.q = bq.data(), f.k = bk.data(), f.v = bv.data(), f.o = bo.data(), f.lse = lse.data();
-  const long long sq_[4] = {TSq * Hq * D, Hq * D, D, 1}, sk_[4] = {TSk * Hkv * D, Hkv * D, D, 1};
+  const long long sq_[4] = {TSq * Hq * DQ, Hq * DQ, DQ, 1}, sk_[4] = {TSk * Hkv * DQ, Hkv * DQ, DQ, 1};
+  const long long so_[4] = {TSq * Hq * DV, Hq * DV, DV, 1}, sv_[4] = {TSk * Hkv * DV, Hkv * DV, DV, 1};
   for (int i = 0; i < 4; ++i) {
-    f.q_stride[i] = f.o_stride[i] = p.dout_stride[i] = p.dq_stride[i] = sq_[i];
-    f.k_stride[i] = f.v_stride[i] = p.dk_stride[i] = p.dv_stride[i] = sk_[i];
+    f.q_stride[i] = p.dq_stride[i] = sq_[i];
+    f.o_stride[i] = p.dout_stride[i] = so_[i];
+    f.k_stride[i] = p.dk_stride[i] = sk_[i];
+    f.v_stride[i] = p.dv_stride[i] = sv_[i];
   }
   f.lse_stride[0] = Hq * TSq, f.lse_stride[1] = TSq, f.lse_stride[2] = 1;
   if (varlen) f.cu_seqlens_q = cu_q.data(), f.cu_seqlens_k = cu_k.data();
@@ -193,7 +198,7 @@ int main(int argc, char** argv) {
   // ---- compare (rows no sequence covers are not compared: the kernels do not write them)
   int failures = 0;
   auto compare = [&](const char* name, const std::vector<std::uint16_t>& got, const std::vector<double>& want, long long TS,
-                     long long H, bool keys) {
+                     long long H, long long D, bool keys) {
     double num = 0, den = 0, rnd = 0;
     long long bad = 0;
     for (long long b = 0; b < nseq; ++b) {
@@ -215,9 +220,9 @@ int main(int argc, char** argv) {
     std::printf(" %s %.2e (%.1fx rounding)%s", name, rel, round > 0 ? rel / round : 0.0, ok ? "" : (bad ? " NON-FINITE" : " FAIL"));
     failures += !ok;
   };
-  compare("dq", gq, dq, TSq, Hq, false);
-  compare("dk", gk, dk, TSk, Hkv, true);
-  compare("dv", gv, dv, TSk, Hkv, true);
+  compare("dq", gq, dq, TSq, Hq, DQ, false);
+  compare("dk", gk, dk, TSk, Hkv, DQ, true);
+  compare("dv", gv, dv, TSk, Hkv, DV, true);
   if (fj::cfg::kSinks) {
     double num = 0, den = 0;
     for (long long h = 0; h < Hq; ++h)
