@@ -108,6 +108,8 @@ def cases(quick):
         ("bf16 d192/128 varlen sinks", sem("bf16", 192, "causal", dv=128, varlen=True, sinks=True), (64, 64, 8, 2), 900,
          {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
         ("f16 d256 kv_lens", sem("f16", 256, "none", kv_lens=True), (64, 32, 8, 2), 900, {"kv_lens": "100,3"}),
+        ("bf16 d192/128 det causal gqa", sem("bf16", 192, "causal", dv=128, deterministic=True, gqa=True),
+         (64, 64, 8, 2), 900, {"hq": 4, "hkv": 2, "b": 1, "sq": 150, "sk": 200}),
     ]
     return out
 
