@@ -3,7 +3,8 @@
 # flashjit (flashjit::attention_train -> flashjit::attention_backward -> flashjit_backward_v1).
 # Runs the Python GPU tests that concern autograd (tests/python/gpu/test_autograd_gpu.py, and
 # test_sdpa_backward_gpu.py: F.scaled_dot_product_attention's backward with flashjit as SDPA's flash
-# backend) with the torch op's C++ forward kernel and with the Python one, and the CPU autograd
+# backend; test_deterministic_gpu.py: the deterministic mode's bitwise repeats) with the torch op's C++
+# forward kernel and with the Python one, and the CPU autograd
 # tests (with the SDPA backend's). Both libraries
 # are built on the development machine and carried:
 #   bash bench/pack_op_carry.sh        # -> .carry/op/{libflashjit.so, libflashjit_torch_op.so}
@@ -36,12 +37,12 @@ print("grad norms", [round(t.grad.float().norm().item(), 3) for t in (q, k, v)])
 PY
       echo "load rc=$?"; tail -5 "$OUT/load.log" ;;
     tests)
-      timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py} \
+      timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -s -p no:cacheprovider ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py tests/python/gpu/test_deterministic_gpu.py} \
         --junitxml="$OUT/pytest_autograd_cpp.xml" > "$OUT/pytest_autograd_cpp.log" 2>&1
       echo "autograd gpu tests (C++ forward kernel) rc=$?"; grep -E "grad errors|passed|failed|error|FAILED|ERROR|SKIP" "$OUT/pytest_autograd_cpp.log" | tail -40 ;;
     tests_python_kernel)
       FLASHJIT_TORCH_OP=0 timeout ${PYTEST_TIMEOUT:-400} python3 -m pytest -q -rs -p no:cacheprovider \
-        ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py} --junitxml="$OUT/pytest_autograd_python.xml" \
+        ${PYTEST_ARGS:-tests/python/gpu/test_autograd_gpu.py tests/python/gpu/test_sdpa_backward_gpu.py tests/python/gpu/test_deterministic_gpu.py} --junitxml="$OUT/pytest_autograd_python.xml" \
         > "$OUT/pytest_autograd_python.log" 2>&1
       echo "autograd gpu tests (Python forward kernel) rc=$?"; grep -E "passed|failed|error|FAILED|ERROR|SKIP" "$OUT/pytest_autograd_python.log" | tail -25 ;;
     cpu_tests)  # the CPU autograd tests on the device's torch (wiring, registration, refusals)
