@@ -21,7 +21,7 @@ for step in "${steps[@]}"; do
     sanitize)  # the small case; the disk cache from `tests` spares the sanitizers the compile
       for tool in memcheck racecheck; do
         timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/gpu/test_gpu \
-          -tc="${SANITIZE_TESTS:-backward: small case*}" > "$OUT/bwd_sanitize_$tool.log" 2>&1
+          -tc="${SANITIZE_TESTS:-backward: small*}" > "$OUT/bwd_sanitize_$tool.log" 2>&1
         rc=$?; echo "compute-sanitizer $tool rc=$rc"; [[ $rc -eq 0 ]] || status=1
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[doctest\] (test cases|Status)" "$OUT/bwd_sanitize_$tool.log"
       done ;;

@@ -39,7 +39,7 @@ def warn_if_refused(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=
     if q.is_cuda and not torch.compiler.is_compiling():
         ops._warn_if_backward_unsupported((q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lens,
                                            block_table, alibi_slopes, None, softmax_scale, causal, window_left,
-                                           window_right, 0.0, True, False))
+                                           window_right, 0.0, True, False), deterministic_requested())
 
 
 def refuse_unsupported(op, query, logsumexp, cum_seq_q, dropout_p, scale):

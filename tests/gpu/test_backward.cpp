@@ -6,7 +6,8 @@
 // with large logits, ALiBi. Each case
 // runs three times: on a caller workspace full of garbage, then twice on the engine's pool, and
 // every run must pass (nothing left over from an earlier call). dk and dv must be bit-identical
-// between runs; dq is summed with atomics in any order, so only its error bound is checked.
+// between runs; dq is summed with atomics in any order, so only its error bound is checked, except
+// in deterministic mode, where dq must be bit-identical too.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -43,6 +44,7 @@ struct BwdCase {
   std::optional<float> softcap;
   std::optional<float> softmax_scale;  // unset: 1/sqrt(D)
   bool alibi = false;                  // slopes kAlibiSlope0 / 2^h, one row for the batch
+  bool deterministic = false;          // dq summed in a fixed order: bit-identical from call to call
   std::int64_t kv_heads() const { return Hkv ? Hkv : H; }
   std::int64_t dv() const { return Dv ? Dv : D; }
   std::string describe() const {
@@ -215,6 +217,7 @@ void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
   f.softmax_scale = c.softmax_scale;
   if (c.alibi) f.alibi = Alibi{static_cast<const float*>(at[9]), 0};
   a.dout = TensorView::bshd(at[5], c.dtype, c.B, c.Sq, c.H, c.dv());
+  a.deterministic = c.deterministic;
   auto grad = c.bhsd_grads ? &TensorView::bhsd : &TensorView::bshd;
   a.dq = grad(at[6], c.dtype, c.B, c.Sq, c.H, c.D);
   a.dk = grad(at[7], c.dtype, c.B, c.Sk, Hkv, c.D);
@@ -245,7 +248,7 @@ void make_device(const HostProblem& p, DeviceProblem& d) {
 }
 
 // Poisons the gradients, runs the backward (on `tiling` where given, else the default), checks
-// each against the bound; returns dk's and dv's bits.
+// each against the bound; returns dk's and dv's bits (and dq's in deterministic mode).
 std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, const char* run, const Tiling* tiling = nullptr) {
   Fixture& f = Fixture::get();
   INFO(run);
@@ -268,7 +271,7 @@ std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, cons
     char buf[96];
     std::snprintf(buf, sizeof buf, " %s %.2e (%.1fx rounding)", name, e.rel_l2, e.rounding > 0 ? e.rel_l2 / e.rounding : 0.0);
     line += buf;
-    if (std::string(name) != "dq") kept.insert(kept.end(), bits.begin(), bits.end());
+    if (p.c.deterministic || std::string(name) != "dq") kept.insert(kept.end(), bits.begin(), bits.end());
   }
   std::printf("  %-52s %-8s%s\n", p.c.describe().c_str(), run, line.c_str());
   return kept;
@@ -290,7 +293,7 @@ void check_case(const BwdCase& c) {
   d.args.workspace = {};
   const auto first = run_once(p, d, "pool");
   const auto second = run_once(p, d, "again");
-  CHECK_MESSAGE(first == second, "dk and dv must be bit-identical from call to call");
+  CHECK_MESSAGE(first == second, (c.deterministic ? "dq, dk and dv" : "dk and dv") << " must be bit-identical from call to call");
 }
 
 // Case c on every candidate tiling of its variant on this GPU (the autotuner's choices), each
@@ -433,6 +436,28 @@ TEST_CASE("backward: every candidate tiling of the wide head dims and MLA's pair
   }
 }
 
+TEST_CASE("backward: deterministic mode gives dq bit for bit, with masks, GQA, wide and odd dims") {
+  std::vector<BwdCase> cases;
+  auto add = [&](DType dt, std::int64_t d, bool causal, auto&& set) {
+    BwdCase c;
+    c.dtype = dt, c.D = d, c.causal = causal, c.deterministic = true;
+    set(c);
+    cases.push_back(c);
+  };
+  auto none = [](BwdCase&) {};
+  // Several K/V blocks add into each Q block (Sk 130 over 64- and 128-key blocks); causal and
+  // windowed walks skip blocks, so the hand-on must pass a block that walks nothing.
+  add(DType::f16, 64, false, none);
+  add(DType::bf16, 128, true, [](BwdCase& c) { c.Sk = 300, c.Sq = 260, c.bhsd_grads = true; });
+  add(DType::bf16, 64, true, [](BwdCase& c) { c.Sq = 130, c.Sk = 77; });
+  add(DType::f16, 128, false, [](BwdCase& c) { c.H = 8, c.Hkv = 2, c.window = Window{20, 10}, c.Sk = 400; });
+  add(DType::bf16, 96, true, [](BwdCase& c) { c.H = 16, c.Hkv = 1, c.softcap = 20.f, c.alibi = true; });
+  add(DType::f16, 256, true, [](BwdCase& c) { c.Sk = 260, c.Sq = 200; });
+  add(DType::bf16, 192, false, [](BwdCase& c) { c.Dv = 128, c.H = 4, c.Hkv = 2; });
+  precompile(cases);
+  for (const BwdCase& c : cases) check_case(c);
+}
+
 TEST_CASE("backward: small case (compute-sanitizer runs this one)") {
   BwdCase c;
   c.B = 1, c.H = 2, c.Sq = 40, c.Sk = 70, c.D = 64, c.causal = true;
@@ -443,5 +468,11 @@ TEST_CASE("backward: small case with GQA, window, softcap and ALiBi (compute-san
   BwdCase c;
   c.B = 1, c.H = 4, c.Hkv = 1, c.Sq = 40, c.Sk = 70, c.D = 40, c.causal = true;
   c.window = Window{24, 0}, c.softcap = 10.f, c.alibi = true;
+  check_case(c);
+}
+
+TEST_CASE("backward: small deterministic case (compute-sanitizer runs this one)") {
+  BwdCase c;
+  c.B = 1, c.H = 2, c.Sq = 100, c.Sk = 200, c.D = 64, c.causal = true, c.deterministic = true;
   check_case(c);
 }

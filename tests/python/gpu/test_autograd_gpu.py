@@ -19,16 +19,7 @@ import warnings
 import pytest
 import torch
 
-import importlib.util as _importlib_util
-import os as _os
-
-# tiny_block.py beside this file, by path: CI's pytest (--import-mode=importlib, run from outside
-# the checkout) puts no test folder on sys.path.
-_spec = _importlib_util.spec_from_file_location(
-    "flashjit_tests_tiny_block", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "tiny_block.py"))
-_tiny_block = _importlib_util.module_from_spec(_spec)
-_spec.loader.exec_module(_tiny_block)
-PreNormBlock = _tiny_block.PreNormBlock
+from flashjit_tests_tiny_block import PreNormBlock  # registered by conftest.py beside this file
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device runs this file)")
 

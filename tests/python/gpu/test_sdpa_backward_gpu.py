@@ -6,8 +6,8 @@ inputs and upstream gradient (relative L2), bounded by a few times the error of 
 backward on the same inputs, measured in the test; the routed-call counters move by one forward and
 one backward per call; the gradients have aten's strides; no warning at the forward. Grouped-query
 attention (enable_gqa, 8 query heads on 2 key/value heads) the same way, and head dims past 128
-(160, 192, 256). Then the engine's refusal at backward (deterministic mode; the aten op's prefix on
-engine refusals: tests/python/test_sdpa_backward.py); a tiny training run through F.scaled_dot_product_attention (200 steps) against aten's flash
+(160, 192, 256). Then deterministic mode's bitwise repeats under torch.use_deterministic_algorithms
+(the aten op's prefix on engine refusals: tests/python/test_sdpa_backward.py); a tiny training run through F.scaled_dot_product_attention (200 steps) against aten's flash
 kernels from the same init and data; and a torch.compile training step (inductor checks the
 backward's strides against aten's meta)."""
 import math
@@ -17,16 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import importlib.util as _importlib_util
-import os as _os
-
-# tiny_block.py beside this file, by path: CI's pytest (--import-mode=importlib, run from outside
-# the checkout) puts no test folder on sys.path.
-_spec = _importlib_util.spec_from_file_location(
-    "flashjit_tests_tiny_block", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "tiny_block.py"))
-_tiny_block = _importlib_util.module_from_spec(_spec)
-_spec.loader.exec_module(_tiny_block)
-PreNormBlock = _tiny_block.PreNormBlock
+from flashjit_tests_tiny_block import PreNormBlock  # registered by conftest.py beside this file
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the device runs this file)")
 
@@ -167,14 +158,28 @@ def check_against_aten_flash(dtype, q, k, v, dout, **options):
 
 # Shapes of their own: the warning at the forward comes once per kind of call and process.
 
-def test_deterministic_mode_is_refused_by_the_engine(flashjit_sdpa):
-    q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.float16, requires_grad=True)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        out = F.scaled_dot_product_attention(q, q.detach(), q.detach())
+def test_deterministic_algorithms_give_the_same_gradients_bit_for_bit(flashjit_sdpa):
+    """Under torch.use_deterministic_algorithms(True) (aten's switch for its flash backward's
+    deterministic mode) flashjit's backward sums dq in a fixed order: repeated backwards agree bit
+    for bit, on a shape where several K/V blocks add into each Q block."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 1100, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    dout = torch.randn_like(q)
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(*leaves, is_causal=True).backward(dout)
+        return [t.grad for t in leaves]
+
     torch.use_deterministic_algorithms(True)
     try:
-        with pytest.raises(FlashjitError, match="deterministic"):
-            out.sum().backward()
+        first = grads()
+        calls = sdpa.routed_calls(backward=True)
+        for _ in range(3):
+            for got, want in zip(grads(), first):
+                assert torch.equal(got, want)
+        assert sdpa.routed_calls(backward=True) == calls + 3, "the backward did not run through flashjit"
     finally:
         torch.use_deterministic_algorithms(False)
 
