@@ -74,7 +74,12 @@ Status DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset)
 }
 
 Status DeviceBuffer::fill_bytes(unsigned char value) const {
-  if (bytes_) FJ_CU(*drv_, cuMemsetD8(dptr_, value, bytes_));
+  if (!bytes_) return {};
+  FJ_CU(*drv_, cuMemsetD8(dptr_, value, bytes_));
+  // cuMemsetD8 may return before it ran, on the legacy default stream, which a non-blocking
+  // stream does not wait for: a kernel launched there next (a graph replay in test_capture) could
+  // write first and have its results poisoned after.
+  FJ_CU(*drv_, cuCtxSynchronize());
   return {};
 }
 

@@ -52,7 +52,7 @@ class DeviceBuffer {
   std::size_t bytes() const { return bytes_; }
   Status upload(const void* host, std::size_t bytes, std::size_t offset = 0) const;
   Status download(void* host, std::size_t bytes, std::size_t offset = 0) const;
-  Status fill_bytes(unsigned char value) const;
+  Status fill_bytes(unsigned char value) const;  // returns once every byte is written
 
  private:
   const DriverLibrary* drv_ = nullptr;
