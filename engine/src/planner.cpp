@@ -127,7 +127,6 @@ Tiling Planner::choose_tiling(const CallContext& call, const KernelFamily& famil
                               const ProblemShape& shape) {
   const Tiling def = family.default_tiling(call.info.arch, bucket.semantics, &shape);
   if (options_.tune_mode && *options_.tune_mode == TuneMode::off) return def;
-  if (family.pass() != Pass::forward) return def;  // tuning sessions time forward calls only
   auto tuner = tuner_for(call);
   if (!tuner.ok()) {
     if (options_.log) options_.log("tuning results unavailable, using defaults: " + tuner.error().to_string());

@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "base/host_float.hpp"
+#include "backward_problem.hpp"
 #include "base/printable.hpp"
+#include "kernel_family.hpp"
 #include "problem.hpp"
 
 namespace flashjit {
@@ -58,19 +60,24 @@ Result<std::unique_ptr<TuningSession>> TuningSession::create(const DriverLibrary
     const std::size_t count = std::size_t(p.batch * rows * heads * dim);
     return upload(random ? random_bytes(count, sem.dtype, seed) : std::vector<unsigned char>{}, count * dtype_size(sem.dtype));
   };
+  // A backward family's candidates are timed on a backward call: o, the LSE and dO are inputs
+  // then, and the forward's arguments live in the session's BackwardArgs.
+  const KernelFamily* family = find_family(key.family);
+  const bool backward = family && family->pass() == Pass::backward;
   auto q = tensor(p.seqlen_q, p.heads_q, sem.head_dim_qk, true, 0x5eed);
   auto k = q.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_qk, true, 0x5eed + 1) : q;
   auto v = k.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_v, true, 0x5eed + 2) : k;
-  auto o = v.ok() ? tensor(p.seqlen_q, p.heads_q, sem.head_dim_v, false, 0) : v;
+  auto o = v.ok() ? tensor(p.seqlen_q, p.heads_q, sem.head_dim_v, backward, 0x5eed + 3) : v;
   if (!o.ok()) return std::move(o).error();
-  AttentionArgs& a = s->args_;
+  AttentionArgs& a = backward ? s->backward_args_.forward : s->args_;
   const auto ptr = [](CUdeviceptr d) { return reinterpret_cast<const void*>(d); };
   a.q = TensorView::bshd(ptr(q.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_qk);
   a.k = TensorView::bshd(ptr(k.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_qk);
   a.v = TensorView::bshd(ptr(v.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_v);
   a.o = TensorView::bshd(ptr(o.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_v);
-  if (sem.write_lse) {
-    auto lse = upload({}, std::size_t(p.batch * p.heads_q * p.seqlen_q) * sizeof(float));
+  if (sem.write_lse || backward) {  // the backward's LSE input: zeros keep every exponential finite
+    const std::size_t rows = std::size_t(p.batch * p.heads_q * p.seqlen_q);
+    auto lse = upload(std::vector<unsigned char>(backward ? rows * sizeof(float) : 0), rows * sizeof(float));
     if (!lse.ok()) return std::move(lse).error();
     a.lse = LseView::contiguous(reinterpret_cast<float*>(lse.value()), p.batch, p.heads_q, p.seqlen_q);
   }
@@ -114,7 +121,20 @@ Result<std::unique_ptr<TuningSession>> TuningSession::create(const DriverLibrary
   FJ_CU(drv, cuMemAlloc(&s->flush_, s->flush_bytes_));
   FJ_CU(drv, cuEventCreate(&s->start_, CU_EVENT_DEFAULT));
   FJ_CU(drv, cuEventCreate(&s->stop_, CU_EVENT_DEFAULT));
-  auto problem = validate_problem(a);
+  if (backward) {  // dO random, the gradients written by every timed launch
+    BackwardArgs& b = s->backward_args_;
+    auto dout = tensor(p.seqlen_q, p.heads_q, sem.head_dim_v, true, 0x5eed + 4);
+    auto dq = dout.ok() ? tensor(p.seqlen_q, p.heads_q, sem.head_dim_qk, false, 0) : dout;
+    auto dk = dq.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_qk, false, 0) : dq;
+    auto dv = dk.ok() ? tensor(p.seqlen_k, p.heads_kv, sem.head_dim_v, false, 0) : dk;
+    if (!dv.ok()) return std::move(dv).error();
+    b.dout = TensorView::bshd(ptr(dout.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_v);
+    b.dq = TensorView::bshd(ptr(dq.value()), sem.dtype, p.batch, p.seqlen_q, p.heads_q, sem.head_dim_qk);
+    b.dk = TensorView::bshd(ptr(dk.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_qk);
+    b.dv = TensorView::bshd(ptr(dv.value()), sem.dtype, p.batch, p.seqlen_k, p.heads_kv, sem.head_dim_v);
+    b.deterministic = sem.deterministic;
+  }
+  auto problem = backward ? validate_backward(s->backward_args_) : validate_problem(a);
   if (!problem.ok()) return std::move(problem).error().with("tuning_key", key.to_string());
   if (problem->semantics != sem)
     return Error(Code::internal, "the representative problem of " + key.to_string() + " has semantics " +

@@ -1,5 +1,5 @@
-// Times candidate tilings of one tuning key on the current context's GPU: random inputs of the
-// bucket's representative shape, candidates compiled in parallel up front, CUDA events around
+// Times candidate tilings of one tuning key on the current context's GPU (a forward call, or a
+// backward one for a backward family's key): random inputs of the bucket's representative shape, candidates compiled in parallel up front, CUDA events around
 // each launch, L2 flushed before every timed launch, median of several.
 #pragma once
 
@@ -41,8 +41,9 @@ class TuningSession {
   std::vector<CUdeviceptr> buffers_;
   CUdeviceptr flush_ = 0;
   std::size_t flush_bytes_ = 0;
-  AttentionArgs args_;         // the representative problem's inputs, in buffers_
-  AttentionProblem problem_;   // validated; points at args_
+  AttentionArgs args_;           // the representative problem's inputs, in buffers_ (forward)
+  BackwardArgs backward_args_;   // a backward family's: the forward's arguments and the gradients
+  AttentionProblem problem_;     // validated; points at args_ or backward_args_
   CUevent start_ = nullptr, stop_ = nullptr;
 };
 

@@ -8,8 +8,11 @@
 // every run must pass (nothing left over from an earlier call). dk and dv must be bit-identical
 // between runs; dq is summed with atomics in any order, so only its error bound is checked, except
 // in deterministic mode, where dq must be bit-identical too.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <random>
@@ -249,11 +252,14 @@ void make_device(const HostProblem& p, DeviceProblem& d) {
 
 // Poisons the gradients, runs the backward (on `tiling` where given, else the default), checks
 // each against the bound; returns dk's and dv's bits (and dq's in deterministic mode).
-std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, const char* run, const Tiling* tiling = nullptr) {
+// `engine`: the fixture's where null.
+std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, const char* run, const Tiling* tiling = nullptr,
+                                    Engine* engine = nullptr) {
   Fixture& f = Fixture::get();
+  if (!engine) engine = f.engine.get();
   INFO(run);
   for (auto* b : {&d.dq, &d.dk, &d.dv}) REQUIRE(b->fill_bytes(kGarbage).ok());
-  auto st = tiling ? f.engine->backward_with_tiling(d.args, *tiling, nullptr) : f.engine->backward(d.args, nullptr);
+  auto st = tiling ? engine->backward_with_tiling(d.args, *tiling, nullptr) : engine->backward(d.args, nullptr);
   REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
   REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
   std::vector<std::uint16_t> kept, bits;
@@ -456,6 +462,37 @@ TEST_CASE("backward: deterministic mode gives dq bit for bit, with masks, GQA, w
   add(DType::bf16, 192, false, [](BwdCase& c) { c.Dv = 128, c.H = 4, c.Hkv = 2; });
   precompile(cases);
   for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: first-use tuning times the backward's candidates once; the tuned kernel matches float64") {
+  const std::string dir = std::filesystem::temp_directory_path() / ("flashjit-bwd-tune-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  EngineOptions o;
+  o.tune_mode = TuneMode::first_use;
+  o.cache_dir = dir;
+  std::vector<std::string> lines;  // the tuner's, one per candidate: "tune: <tiling> <time> ms", pruned or failed
+  o.log = [&lines](const std::string& line) { lines.push_back(line); };
+  auto engine = Engine::create(o).value();
+  BwdCase c;
+  c.dtype = DType::bf16, c.D = 128, c.causal = true, c.H = 4, c.Hkv = 2, c.Sq = 300, c.Sk = 300;
+  INFO(c.describe());
+  const HostProblem p = make_problem(c);
+  DeviceProblem d;
+  make_device(p, d);
+  (void)run_once(p, d, "tuned", nullptr, engine.get());
+  CHECK(engine->stats().tunes == 1);
+  int timed = 0;
+  for (const std::string& line : lines) {
+    const bool tuner_line = line.find("tune: ") != std::string::npos;
+    if (tuner_line && line.size() > 3 && line.compare(line.size() - 3, 3, " ms") == 0 &&
+        line.find("pruned") == std::string::npos && line.find("failed") == std::string::npos)
+      ++timed;
+    CHECK_MESSAGE(line.find("using the default") == std::string::npos, line);
+  }
+  CHECK_MESSAGE(timed >= 2, "backward candidates timed: " << timed);
+  (void)run_once(p, d, "again", nullptr, engine.get());
+  CHECK(engine->stats().tunes == 1);  // the bucket's choice is remembered
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("backward: small case (compute-sanitizer runs this one)") {
