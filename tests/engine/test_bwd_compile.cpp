@@ -10,9 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <future>
-#include <mutex>
 
+#include "compile_jobs.hpp"
 #include "compiler.hpp"
 #include "flashjit/flashjit.hpp"
 #include "kernel_family.hpp"
@@ -34,39 +33,15 @@ Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8, int dv = 0) {
   return s;
 }
 
-// Compiles on two threads (CI has two cores); each failure is reported with its log.
+// Compiles on two threads (test::compile_jobs); each cubin must export the entry points the
+// launch plan names.
 std::vector<std::string> compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs) {
-  std::mutex mu;
-  std::vector<std::string> failures;
-  std::size_t next = 0;
-  auto worker = [&] {
-    for (;;) {
-      std::size_t i;
-      {
-        std::lock_guard lock(mu);
-        if (next == jobs.size()) return;
-        i = next++;
-      }
-      const auto& [v, arch] = jobs[i];
-      std::string failure;
-      if (auto st = check_variant(v, arch); !st.ok()) {
-        failure = st.error().to_string();
-      } else if (auto r = compile_cubin({v.code_name(), render_source(bwd(), v), arch}); !r.ok()) {
-        failure = r.error().to_string();
-      } else {
-        for (const EntryPoint& e : bwd().entry_points(v))
-          if (r->cubin.find(e.name) == std::string::npos) failure += std::string("no entry point ") + e.name + "; ";
-      }
-      if (!failure.empty()) {
-        std::lock_guard lock(mu);
-        failures.push_back(v.name() + " for " + arch.name() + ": " + failure);
-      }
-    }
-  };
-  auto second = std::async(std::launch::async, worker);
-  worker();
-  second.get();
-  return failures;
+  return test::compile_jobs(jobs, [](const KernelVariant& v, const std::string& cubin) {
+    std::string missing;
+    for (const EntryPoint& e : bwd().entry_points(v))
+      if (cubin.find(e.name) == std::string::npos) missing += std::string("no entry point ") + e.name + "; ";
+    return missing;
+  });
 }
 
 }  // namespace

@@ -4,10 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <future>
 #include <map>
-#include <mutex>
 
+#include "compile_jobs.hpp"
 #include "compiler.hpp"
 #include "kernel_family.hpp"
 #include "kernel_source.hpp"
@@ -35,38 +34,12 @@ int vec_for(DType dt, int dqk, int dv) {
   return 1;
 }
 
-// Compiles jobs on two threads (CI has two cores); reports every failure with its NVRTC log.
+// Compiles jobs (test::compile_jobs), each cubin at least a plausible size; reports every failure.
 void compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::mutex mu;
-  std::vector<std::string> failures;
-  std::size_t next = 0;
-  auto worker = [&] {
-    for (;;) {
-      std::size_t i;
-      {
-        std::lock_guard lock(mu);
-        if (next == jobs.size()) return;
-        i = next++;
-      }
-      const auto& [v, arch] = jobs[i];
-      std::string failure;
-      if (auto st = check_variant(v, arch); !st.ok()) {
-        failure = st.error().to_string();
-      } else if (auto r = compile_cubin({v.name(), render_source(*find_family(v.family), v), arch}); !r.ok()) {
-        failure = r.error().to_string();
-      } else if (r->cubin.size() < 1000) {
-        failure = "suspiciously small cubin";
-      }
-      if (!failure.empty()) {
-        std::lock_guard lock(mu);
-        failures.push_back(v.name() + " for " + arch.name() + ": " + failure);
-      }
-    }
-  };
-  auto second = std::async(std::launch::async, worker);
-  worker();
-  second.get();
+  const auto failures = test::compile_jobs(jobs, [](const KernelVariant&, const std::string& cubin) {
+    return cubin.size() < 1000 ? std::string("suspiciously small cubin") : std::string();
+  });
   for (const auto& f : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, f);
   CHECK(failures.empty());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
