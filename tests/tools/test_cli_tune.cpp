@@ -81,3 +81,12 @@ TEST_CASE("a bad workload path is echoed without its raw bytes") {
   CHECK(contains(r.err, "\\x1b[2J\\xff.json"));
   CHECK_FALSE(contains(r.err, "\x1b"));
 }
+
+TEST_CASE("--pass names forward, backward or both; anything else is a usage error naming it") {
+  CHECK(usage_error_in_child({"tune", "--pass", "sideways", "--head-dim", "64"},
+                             {"--pass", "must be forward, backward or both", "sideways"}) == 0);
+  // A valid --pass gets past the command line: without a GPU here the tune fails at the device,
+  // not as a usage error.
+  auto r = run_flashjit({"tune", "--pass", "backward", "--head-dim", "64"});
+  CHECK(r.code != 2);
+}

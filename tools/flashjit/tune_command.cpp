@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,7 @@ struct TuneOptions {
   VariantFlags flags;
   std::vector<std::string> sets;
   std::string workload;
+  std::string pass;  // empty: each spec's own passes (a set's; forward for flags and files)
   std::vector<int> seqs{4096};
   int seq_k = 0;  // 0: each --seq
   std::int64_t batch_heads = kDefaultBatchXHeads;
@@ -50,9 +52,19 @@ int run(Context& ctx, const TuneOptions& o) {
     if (!s.ok()) return usage_error(ctx, "tune", s.error().message());
     specs.insert(specs.end(), s->begin(), s->end());
   }
+  std::optional<std::vector<Pass>> passes;
+  if (!o.pass.empty()) {
+    auto p = parse_passes(o.pass, "--pass");
+    if (!p.ok()) return usage_error(ctx, "tune", p.error().message());
+    passes = std::move(p).value();
+    for (TuneJob& job : jobs) job.pass = passes->front();  // a workload's shapes: one pass each
+    if (passes->size() > 1)
+      for (std::size_t i = 0, n = jobs.size(); i < n; ++i) jobs.push_back(jobs[i]), jobs.back().pass = (*passes)[1];
+  }
   // The flags' ranges were checked as they were parsed (add_tune_command).
   for (const auto& spec : specs)
-    for (int s : o.seqs) jobs.push_back({spec.semantics, s, o.seq_k > 0 ? o.seq_k : s, o.batch_heads, spec.origin});
+    for (Pass pass : passes ? *passes : spec.passes)
+      for (int s : o.seqs) jobs.push_back({spec.semantics, s, o.seq_k > 0 ? o.seq_k : s, o.batch_heads, spec.origin, pass});
   if (jobs.empty()) return usage_error(ctx, "tune", "nothing to tune: give --set, --head-dim (with --dtype/--mask) or --workload");
 
   auto gpu = GpuContext::open(o.device);
@@ -74,7 +86,8 @@ int run(Context& ctx, const TuneOptions& o) {
     req.semantics = job.semantics;
     req.seqlen_q = job.seqlen_q, req.seqlen_k = job.seqlen_k, req.batch_x_heads = job.batch_x_heads;
     req.retune = o.retune;
-    const std::string label = job.semantics.name() + " Sq" + std::to_string(job.seqlen_q) + " Sk" +
+    req.pass = job.pass;
+    const std::string label = std::string(job.pass == Pass::backward ? "backward " : "") + job.semantics.name() + " Sq" + std::to_string(job.seqlen_q) + " Sk" +
                               std::to_string(job.seqlen_k) + " BH" + std::to_string(job.batch_x_heads);
     const std::size_t ticket = bar.begin(label);
     auto r = engine.value()->tune(req);
@@ -98,7 +111,7 @@ int run(Context& ctx, const TuneOptions& o) {
       if (!c.reason.empty()) cj["reason"] = c.reason;
       cands.push_back(cj);
     }
-    results.push_back({{"key", r->key}, {"variant", r->chosen.name()}, {"tiling", r->chosen.tiling.name()}, {"ms", r->ms},
+    results.push_back({{"key", r->key}, {"pass", pass_name(job.pass)}, {"variant", r->chosen.name()}, {"tiling", r->chosen.tiling.name()}, {"ms", r->ms},
                        {"tflops", tf}, {"default_tiling", r->default_tiling.name()},
                        {"default_ms", r->default_ms ? nlohmann::json(*r->default_ms) : nlohmann::json()},
                        {"default_tflops", dtf}, {"seconds", r->seconds}, {"reused", r->reused},
@@ -127,6 +140,9 @@ void add_tune_command(CLI::App& app, Context& ctx) {
   sub->add_option("--workload", o->workload,
                   "JSON list of shapes: objects with the variant fields (dtype, head_dim, mask, gqa, lse, ...) "
                   "and seqlen_q, seqlen_k, batch_x_heads");
+  sub->add_option("--pass", o->pass,
+                  "Which call to time: forward, backward (Engine::backward, flashjit_backward_v1) or both "
+                  "(default: forward, except --set training's, which are both)");
   sub->add_flag("--retune", o->retune, "Time again even where a current result is stored");
   sub->add_option("--device", o->device, "CUDA device ordinal (default 0)")->check(at_least(0));
   sub->add_option("--cache-dir", o->cache_dir, "Cache root (default: $FLASHJIT_CACHE_DIR, else XDG, else ~/.cache/flashjit)");

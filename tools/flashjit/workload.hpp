@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/problem_shape.hpp"
+#include "flashjit/catalog.hpp"
 #include "flashjit/status.hpp"
 #include "flashjit/variant.hpp"
 
@@ -24,6 +25,7 @@ struct TuneJob {
   Semantics semantics;
   std::int64_t seqlen_q = 0, seqlen_k = 0, batch_x_heads = kDefaultBatchXHeads;
   std::string origin;  // for messages: "--dtype/--head-dim", "w.json[3]"
+  Pass pass = Pass::forward;  // which call is timed: the forward, or its backward
 };
 
 // The jobs of a parsed workload; `source` names it in errors.

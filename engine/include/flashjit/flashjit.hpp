@@ -174,7 +174,8 @@ struct EngineOptions {
 // One offline tuning job: a result-changing variant and a shape; shapes in the same bucket
 // (powers of two of Sq, Sk and batch*heads) share the result.
 struct TuneRequest {
-  Semantics semantics;
+  Semantics semantics;  // the forward call's; with Pass::backward, the backward of that call is timed
+  Pass pass = Pass::forward;
   std::int64_t seqlen_q = 4096, seqlen_k = 4096, batch_x_heads = 64;
   bool retune = false;  // time again even if a current result is stored
   // Called as each candidate finishes: (done, total, tiling just handled, seconds so far).
