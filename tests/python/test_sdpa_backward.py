@@ -411,3 +411,24 @@ def test_the_route_packs_aten_layouts_into_the_backward_call(monkeypatch, refere
     assert (s["dq"], s["dk"], s["dv"]) == (bshd(dq), bshd(dk), bshd(dv))
     assert s["lse"] == lse.data_ptr() and s["mask"] == 1 and s["scale"] == 0.125 and s["flags"] == 0
     assert sdpa.routed_calls(SDPA_BWD) >= 1
+
+
+def test_warn_if_refused_passes_the_engine_check_its_full_call(monkeypatch):
+    """The forward's refusal check runs only for CUDA tensors, so a CPU run never reaches it: here a
+    tensor that says it is on CUDA stands in, and the check must receive flashjit's whole argument
+    list and the deterministic switch (a call that dropped one broke every SDPA training step on
+    the GPU)."""
+    seen = []
+    monkeypatch.setattr(sdpa_backward.ops, "_warn_if_backward_unsupported",
+                        lambda args, deterministic: seen.append((args, deterministic)))
+
+    class OnCuda(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+    q = torch.randn(1, 8, 2, 16).as_subclass(OnCuda)
+    sdpa_backward.warn_if_refused(q, q, q, causal=True)
+    assert len(seen) == 1
+    args, deterministic = seen[0]
+    assert len(args) == 18 and args[12] is True and deterministic is False
