@@ -87,8 +87,9 @@ int run(Context& ctx, const TuneOptions& o) {
     req.seqlen_q = job.seqlen_q, req.seqlen_k = job.seqlen_k, req.batch_x_heads = job.batch_x_heads;
     req.retune = o.retune;
     req.pass = job.pass;
-    const std::string label = std::string(job.pass == Pass::backward ? "backward " : "") + job.semantics.name() + " Sq" + std::to_string(job.seqlen_q) + " Sk" +
-                              std::to_string(job.seqlen_k) + " BH" + std::to_string(job.batch_x_heads);
+    const std::string label = std::string(job.pass == Pass::backward ? "backward " : "") + job.semantics.name() +
+                              " Sq" + std::to_string(job.seqlen_q) + " Sk" + std::to_string(job.seqlen_k) + " BH" +
+                              std::to_string(job.batch_x_heads);
     const std::size_t ticket = bar.begin(label);
     auto r = engine.value()->tune(req);
     if (!r.ok()) {
@@ -111,7 +112,8 @@ int run(Context& ctx, const TuneOptions& o) {
       if (!c.reason.empty()) cj["reason"] = c.reason;
       cands.push_back(cj);
     }
-    results.push_back({{"key", r->key}, {"pass", pass_name(job.pass)}, {"variant", r->chosen.name()}, {"tiling", r->chosen.tiling.name()}, {"ms", r->ms},
+    results.push_back({{"key", r->key}, {"pass", pass_name(job.pass)}, {"variant", r->chosen.name()},
+                       {"tiling", r->chosen.tiling.name()}, {"ms", r->ms},
                        {"tflops", tf}, {"default_tiling", r->default_tiling.name()},
                        {"default_ms", r->default_ms ? nlohmann::json(*r->default_ms) : nlohmann::json()},
                        {"default_tflops", dtf}, {"seconds", r->seconds}, {"reused", r->reused},
