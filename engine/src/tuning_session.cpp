@@ -6,8 +6,8 @@
 #include <cstring>
 #include <thread>
 
-#include "base/host_float.hpp"
 #include "backward_problem.hpp"
+#include "base/host_float.hpp"
 #include "base/printable.hpp"
 #include "kernel_family.hpp"
 #include "problem.hpp"

@@ -1,6 +1,7 @@
 // Times candidate tilings of one tuning key on the current context's GPU (a forward call, or a
-// backward one for a backward family's key): random inputs of the bucket's representative shape, candidates compiled in parallel up front, CUDA events around
-// each launch, L2 flushed before every timed launch, median of several.
+// backward one for a backward family's key): random inputs of the bucket's representative shape,
+// candidates compiled in parallel up front, CUDA events around each launch, L2 flushed before
+// every timed launch, median of several.
 #pragma once
 
 #include <memory>

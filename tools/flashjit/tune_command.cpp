@@ -57,9 +57,10 @@ int run(Context& ctx, const TuneOptions& o) {
     auto p = parse_passes(o.pass, "--pass");
     if (!p.ok()) return usage_error(ctx, "tune", p.error().message());
     passes = std::move(p).value();
-    for (TuneJob& job : jobs) job.pass = passes->front();  // a workload's shapes: one pass each
-    if (passes->size() > 1)
-      for (std::size_t i = 0, n = jobs.size(); i < n; ++i) jobs.push_back(jobs[i]), jobs.back().pass = (*passes)[1];
+    std::vector<TuneJob> per_pass;  // a workload's shapes, once for each pass
+    for (Pass pass : *passes)
+      for (TuneJob job : jobs) job.pass = pass, per_pass.push_back(std::move(job));
+    jobs = std::move(per_pass);
   }
   // The flags' ranges were checked as they were parsed (add_tune_command).
   for (const auto& spec : specs)
