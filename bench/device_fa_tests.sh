@@ -35,15 +35,16 @@
 #                       gradients; the forward call and its assertions are kept as written); FA3 also
 #                       gets FLASH_ATTENTION_DISABLE_BACKWARD=TRUE, FA3's own switch.
 #                       train: the files unchanged, backward statements and gradient checks kept, so
-#                       they run through flashjit's backward (dense, causal or not, fp16/bf16, head dim
-#                       64/128, no GQA, dropout, window, softcap, ALiBi; deterministic=True is refused
-#                       by the shim, flashjit's dq being summed with atomics). Default functions: FA2's
-#                       test_flash_attn_qkvpacked, _output, _causal, _splitkv, _race_condition,
-#                       _bwd_overflow, _bwd_transpose, _deterministic; FA3's _output, _race_condition
-#                       (FA3 runs without FLASH_ATTENTION_DISABLE_BACKWARD). What the backward refuses
-#                       is tallied "unsupported" by feature (NotImplementedError, or FlashjitError
-#                       "unsupported: ... refused: <feature>: ..."), not as a failure; the varlen
-#                       functions (FA2_FUNCS=test_flash_attn_varlen_output ...) are all refused so far.
+#                       they run through flashjit's backward (every forward semantic the files use but
+#                       dropout, which raises NotImplementedError; deterministic=True reaches the
+#                       backward's fixed-order dQ). Default functions: every one that takes gradients:
+#                       FA2's test_flash_attn_qkvpacked, _output, _causal, _splitkv, _race_condition,
+#                       _bwd_overflow, _bwd_transpose, _deterministic and their varlen forms
+#                       (_varlen_qkvpacked, _varlen_output, _varlen_causal, _bwd_varlen_overflow,
+#                       _varlen_deterministic); FA3's _output, _varlen_output, _race_condition (FA3
+#                       runs without FLASH_ATTENTION_DISABLE_BACKWARD). What the backward refuses is
+#                       tallied "unsupported" by feature (NotImplementedError, or FlashjitError
+#                       "unsupported: ... refused: <feature>: ..."), not as a failure.
 #                       asis: the files unchanged with the forward default functions (their gradients
 #                       also go through flashjit's backward, as with train).
 #   STRIDE=N            keep every Nth parametrized case of each function (default 7), OFFSET=K its start
@@ -95,8 +96,8 @@ export FA_COMPAT_MODE=$MODE
 FA2_TEST=${FA2_TEST-$root/.carry/fa_tests/fa2/test_flash_attn.py}
 FA3_TEST=${FA3_TEST-$root/.carry/fa_tests/fa3/test_flash_attn.py}
 if [[ $MODE == train ]]; then
-  FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_output test_flash_attn_causal test_flash_attn_splitkv test_flash_attn_race_condition test_flash_attn_bwd_overflow test_flash_attn_bwd_transpose test_flash_attn_deterministic}
-  FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_race_condition}
+  FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal test_flash_attn_splitkv test_flash_attn_race_condition test_flash_attn_bwd_overflow test_flash_attn_bwd_transpose test_flash_attn_bwd_varlen_overflow test_flash_attn_deterministic test_flash_attn_varlen_deterministic}
+  FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_race_condition}
 else
   FA2_FUNCS=${FA2_FUNCS:-test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal test_flash_attn_splitkv test_flash_attn_kvcache test_flash_attn_race_condition}
   FA3_FUNCS=${FA3_FUNCS:-test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_kvcache test_flash_attn_race_condition}
