@@ -11,7 +11,7 @@ Mirrors the engine:
     its path relative to templates/, as cmake/EmbedTemplates.cmake embeds them and
     engine/src/compiler.cpp passes them;
   - the options are engine/src/compiler.cpp's compile_options (--gpu-architecture, --std=c++17,
-    -DNDEBUG, --no-source-include), plus --ptxas-options=-v for the resource report only.
+    -DNDEBUG, --no-source-include, -minimal), plus --ptxas-options=-v for the resource report only.
 
 Usage: python3 tests/templates/compile_bwd_check.py [--quick] [--arch sm_80] [--dims 256 --dims 192/128]
                                                    [--filter SUBSTRING] [--nvrtc PATH]
@@ -122,7 +122,7 @@ class Nvrtc:
 
 def compile_options(arch):
     """engine/src/compiler.cpp's compile_options, plus the resource report."""
-    opts = ["--gpu-architecture=" + arch, "--std=c++17", "-DNDEBUG", "--no-source-include"]
+    opts = ["--gpu-architecture=" + arch, "--std=c++17", "-DNDEBUG", "--no-source-include", "-minimal"]
     opts += os.environ.get("FLASHJIT_NVRTC_OPTIONS", "").split()
     return opts + ["--ptxas-options=-v"]
 
