@@ -35,8 +35,9 @@
 namespace fj::bwd {
 
 // Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns col0 + 2t (+1) of
-// every n8 tile) times x into a 16-bit shared tile at shared-space address `tile` (row stride
-// kStride elements), a pair of elements a store; 32-bit address arithmetic as gemm.cuh's.
+// every n8 tile) times x into a shared tile of the element type at shared-space address `tile`
+// (row stride kStride elements), a pair of elements a store (16-bit: rounded, packed in one word;
+// fp32: as they are, 8 bytes); 32-bit address arithmetic as gemm.cuh's.
 template <int kStride, int kMTiles, int kNTiles>
 FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
                           float x = 1.f) {
@@ -48,9 +49,13 @@ FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4]
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        st_shared_b32(at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes,
-                      Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const unsigned to = at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes;
+        if constexpr (k16Bit)
+          st_shared_b32(to, Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
+        else
+          st_shared_v2_f32(to, acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x);
+      }
 }
 
 // A Q block's tile of Q or dO (kBlockM rows): load_tile_async's unrolled copy where each thread
@@ -237,7 +242,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
         scores_to_grads<true>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
       else
         scores_to_grads<false>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
-      // P and dS round to 16 bits here, as FA2's do, for the products that read them.
+      // P and dS round to 16 bits here, as FA2's do, for the products that read them (fp32
+      // inputs keep them fp32: the products' tf32 split is where they round, if anywhere).
       stage_tile<kStridePS>(sP_at, s, sdp_row0, sdp_key0, lane);
       stage_tile<kStridePS>(sdS_at, dp, sdp_row0, sdp_key0, lane);
     }
