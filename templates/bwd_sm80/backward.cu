@@ -7,7 +7,7 @@
 //   1. S = Q K^T and dP = dO V^T, each warp a 2-D tile of the BLOCK_M x BLOCK_N block (config.cuh:
 //      kSdpRows x kSdpKeys); the forward's softcap and ALiBi on S, then its mask;
 //      P = exp2(S * scale_log2 - LSE * log2 e), dS = P (dP - D) softcap' (bwd_sm80/score_grad.cuh);
-//      P and dS rounded to 16 bits into shared memory ([query row][key]);
+//      P and dS into shared memory ([query row][key]), rounded to 16 bits (fp32 inputs: kept fp32);
 //   2. (barrier) dV += P^T dO and dK += dS^T Q, each warp kDkvKeys keys x its share of the head
 //      dims (so a thread holds BLOCK_N * (Dqk + Dv) / threads accumulators, not 16 keys' whole
 //      rows); dQ = dS K, each warp kDqRows rows x kDqCols columns, added atomically to the fp32
@@ -19,9 +19,11 @@
 // fragments serve all the mmas of its tile. At the end dK (times the scale) and dV are staged
 // through the K and V tiles and stored.
 //
+// fp32 inputs (exact 3xTF32 or tf32) run the same kernel with fp32 tiles and gemm_fp32.cuh's
+// m16n8k8 tf32 product.
+//
 // Not yet covered (docs/design/backward.md has the plan for each):
 //   - paged K/V, kv_starts (refused by the host);
-//   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
 #include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/dq_store.cuh"
 #include "bwd_sm80/elem.cuh"
