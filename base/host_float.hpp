@@ -68,6 +68,17 @@ inline std::uint16_t float_to_f16(float f) {
   return std::uint16_t(sign | h);
 }
 
+// f rounded to tf32 (10 mantissa bits) as cvt.rna.tf32.f32 does: to nearest, ties away from
+// zero; NaN and infinity as they are. What a tf32 product sees of an fp32 operand.
+inline float round_to_tf32(float f) {
+  constexpr std::uint32_t kDropped = 0x1fffu;  // the 13 mantissa bits tf32 lacks
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7f800000u) != 0x7f800000u) x = (x + (kDropped + 1) / 2) & ~kDropped;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
 // Rounds a float to what the dtype can hold (the value the kernel will actually see).
 inline float quantize(float f, DType dt) {
   switch (dt) {

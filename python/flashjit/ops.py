@@ -22,10 +22,9 @@ under no_grad). Where grad is enabled and an input requires grad, the public fun
 flashjit's FlashAttention-style API on it) run torch.ops.flashjit.attention_train instead: the
 same operator computing its LSE too, whose autograd formula calls torch.ops.flashjit.attention_backward
 (the engine's backward: dq, dk, dv; the LSE output is not differentiated, as FlashAttention's).
-What the backward does not support (so far it takes fp16/bf16, head dims 1 to 256, q/k's apart
-from v's, causal or not, GQA/MQA, windows, softcap and ALiBi; not varlen, kv_lens, paged, sinks or
-fp32) raises the engine's message when backward runs. Called
-directly, torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not
+What the backward does not support (so far it takes fp16/bf16/fp32, head dims 1 to 256, q/k's
+apart from v's, causal or not, GQA/MQA, windows, softcap, ALiBi, varlen, kv_lens and sinks; not
+paged) raises the engine's message when backward runs. Called directly, torch.ops.flashjit.attention under autograd gets PyTorch's "autograd kernel was not
 registered" warning on backward instead.
 
 Layouts follow FlashAttention: q, k, v and the output are [batch, seq, heads, head_dim] (any

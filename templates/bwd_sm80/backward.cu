@@ -7,7 +7,7 @@
 //   1. S = Q K^T and dP = dO V^T, each warp a 2-D tile of the BLOCK_M x BLOCK_N block (config.cuh:
 //      kSdpRows x kSdpKeys); the forward's softcap and ALiBi on S, then its mask;
 //      P = exp2(S * scale_log2 - LSE * log2 e), dS = P (dP - D) softcap' (bwd_sm80/score_grad.cuh);
-//      P and dS rounded to 16 bits into shared memory ([query row][key]);
+//      P and dS into shared memory ([query row][key]), rounded to 16 bits (fp32 inputs: kept fp32);
 //   2. (barrier) dV += P^T dO and dK += dS^T Q, each warp kDkvKeys keys x its share of the head
 //      dims (so a thread holds BLOCK_N * (Dqk + Dv) / threads accumulators, not 16 keys' whole
 //      rows); dQ = dS K, each warp kDqRows rows x kDqCols columns, added atomically to the fp32
@@ -19,9 +19,11 @@
 // fragments serve all the mmas of its tile. At the end dK (times the scale) and dV are staged
 // through the K and V tiles and stored.
 //
+// fp32 inputs (exact 3xTF32 or tf32) run the same kernel with fp32 tiles and gemm_fp32.cuh's
+// m16n8k8 tf32 product.
+//
 // Not yet covered (docs/design/backward.md has the plan for each):
 //   - paged K/V, kv_starts (refused by the host);
-//   - fp32 inputs (tf32 / exact-fp32 fragments) - 16-bit only;
 #include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/dq_store.cuh"
 #include "bwd_sm80/elem.cuh"
@@ -35,8 +37,9 @@
 namespace fj::bwd {
 
 // Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns col0 + 2t (+1) of
-// every n8 tile) times x into a 16-bit shared tile at shared-space address `tile` (row stride
-// kStride elements), a pair of elements a store; 32-bit address arithmetic as gemm.cuh's.
+// every n8 tile) times x into a shared tile of the element type at shared-space address `tile`
+// (row stride kStride elements), a pair of elements a store (16-bit: rounded, packed in one word;
+// fp32: as they are, 8 bytes); 32-bit address arithmetic as gemm.cuh's.
 template <int kStride, int kMTiles, int kNTiles>
 FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
                           float x = 1.f) {
@@ -48,9 +51,13 @@ FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4]
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        st_shared_b32(at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes,
-                      Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
+      for (int nt = 0; nt < kNTiles; ++nt) {
+        const unsigned to = at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes;
+        if constexpr (k16Bit)
+          st_shared_b32(to, Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
+        else
+          st_shared_v2_f32(to, acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x);
+      }
 }
 
 // A Q block's tile of Q or dO (kBlockM rows): load_tile_async's unrolled copy where each thread
@@ -237,7 +244,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
         scores_to_grads<true>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
       else
         scores_to_grads<false>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
-      // P and dS round to 16 bits here, as FA2's do, for the products that read them.
+      // P and dS round to 16 bits here, as FA2's do, for the products that read them (fp32
+      // inputs keep them fp32: the products' tf32 split is where they round, if anywhere).
       stage_tile<kStridePS>(sP_at, s, sdp_row0, sdp_key0, lane);
       stage_tile<kStridePS>(sdS_at, dp, sdp_row0, sdp_key0, lane);
     }

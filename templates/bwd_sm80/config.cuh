@@ -15,14 +15,14 @@ using namespace fj::cfg;
 using namespace fj::var;
 
 // What the family serves so far; the host refuses the rest (docs/design/backward.md).
-static_assert(k16Bit, "bwd_sm80: fp16 and bf16 only so far");
 static_assert(!kKvStarts && !kPaged, "bwd_sm80: no kv_starts or paged K/V (no training through a KV cache)");
 static_assert(kStages == 1 || kStages == 2, "bwd_sm80: one Q/dO buffer, or two (the next Q block's copies under this one)");
 
 constexpr int kThreads = kWarps * 32;
 constexpr int kMmaRows = 16;  // rows of one m16n8k16 tile, and its k step
 
-constexpr fj_layout::BwdLayout kLayout = fj_layout::bwd_layout(kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages);
+constexpr fj_layout::BwdLayout kLayout =
+    fj_layout::bwd_layout(int(sizeof(Elem)), kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages);
 constexpr int kDQK = kLayout.dqk;
 constexpr int kDV = kLayout.dv;
 constexpr int kStrideQK = kLayout.stride_qk;

@@ -2,12 +2,13 @@
 // main kernel) to dq's dtype and strides. One CTA per (BLOCK_M query rows, query head, batch)
 // of kThreads threads, the main kernel's count: thread tid reads back the values the main
 // kernel's thread tid added (bwd_sm80/dq_store.cuh's register order, each warp's reads 32
-// consecutive floats), puts each at its row and column of a 16-bit tile in shared memory, and
-// the tile is stored row by row, kVec elements an access.
+// consecutive floats), puts each at its row and column of a tile of the element type in shared
+// memory (16-bit, or fp32 for fp32 outputs), and the tile is stored row by row, kVec elements an
+// access.
 //
 // Varlen: as preprocess, a CTA per (Q block, q-head, sequence); rows of dq that no sequence covers are
-// not written. Not yet covered (see docs/design/backward.md): fp32 outputs, the deterministic
-// mode's ordered reduction of per-K/V-block partials (this kernel is where it would run).
+// not written. Not yet covered (see docs/design/backward.md): the deterministic mode's ordered
+// reduction of per-K/V-block partials (this kernel is where it would run).
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/dq_store.cuh"
 #include "bwd_sm80/elem.cuh"

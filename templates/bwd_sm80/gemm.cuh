@@ -10,12 +10,14 @@
 //   dV += P^T . dO   A = P [row][key],      B = dO [row][d]    (trans, trans)
 //   dK += dS^T . Q   A = dS [row][key],     B = Q [row][d]     (trans, trans)
 //   dQ  = dS . K     A = dS [row][key],     B = K [key][d]     (plain, trans)
-// so P and dS, written once to shared memory in 16 bits, are read by two products each in two
-// orientations, and every warp's fragments serve all of its tile's mmas (the reuse the earlier
-// one-warp-per-16-keys layout lacked: each of its warps re-read all of Q and dO per product).
+// so P and dS, written once to shared memory (in 16 bits; fp32 for fp32 inputs), are read by two
+// products each in two orientations, and every warp's fragments serve all of its tile's mmas
+// (the reuse the earlier one-warp-per-16-keys layout lacked: each of its warps re-read all of Q
+// and dO per product). fp32 inputs take bwd_sm80/gemm_fp32.cuh's tf32 product instead.
 #pragma once
 
 #include "bwd_sm80/config.cuh"
+#include "bwd_sm80/gemm_fp32.cuh"
 #include "common/warp_gemm_sm80.cuh"
 
 namespace fj::bwd {
@@ -31,6 +33,10 @@ using Mma16 = sm80::WarpGemm<Elem, kDtype, kTf32, 1, 2, 2, 16, 8, 8>;
 // instruction.
 template <int kMTiles, int kNTiles, int kSteps, bool kATrans, int kStrideA, bool kBTrans, int kStrideB>
 FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], unsigned a, unsigned b, int lane) {
+  if constexpr (!k16Bit) {
+    warp_gemm_fp32<kMTiles, kNTiles, kSteps, kATrans, kStrideA, kBTrans, kStrideB>(c, a, b);
+    return;
+  }
   static_assert(kNTiles % 2 == 0, "B is loaded two n8 tiles at a time (one ldmatrix.x4)");
   constexpr unsigned kBytes = sizeof(Elem);
   // Each lane's row and column within the four 8x8 matrices of one ldmatrix.x4:

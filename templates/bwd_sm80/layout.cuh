@@ -16,6 +16,11 @@ constexpr int kBwdHeadDimAlign = 16;
 // one ldmatrix reads (plain or transposed) in distinct banks, and so the 8 rows of a C-layout
 // store of P or dS.
 constexpr int kBwdRowPad16 = 8;
+// fp32 rows pad by 8 elements too (32 bytes), for another reason: every unpadded width is a
+// multiple of 16, so a row is 8 mod 16 words, the one stride both of bwd_sm80/gemm_fp32.cuh's
+// fragment reads need: 64-bit reads of 4 rows x 2 words a half-warp (plain) and scalar reads of
+// 4 rows x 8 words (transposed) each land in 32 distinct banks, and so do C-layout stores.
+constexpr int kBwdRowPad32 = 8;
 // Every warp tile side is a whole number of 16-row / 16-column mma steps (an m16 tile, a k16
 // step, or a pair of n8 tiles one ldmatrix.x4 fills).
 constexpr int kBwdMmaSide = 16;
@@ -64,7 +69,7 @@ struct BwdLayout {
   int dv;         // padded head dim of V, O, dO, dV
   int stride_qk;  // shared row stride of the Q and K tiles, in elements
   int stride_v;   // shared row stride of the V and dO tiles
-  int stride_ps;  // shared row stride of the P and dS tiles ([query row][key], 16-bit)
+  int stride_ps;  // shared row stride of the P and dS tiles ([query row][key], in the element type)
   // Warps along the first dimension of each product (the rest go along the second):
   int sdp_warps_m;  // S = Q K^T and dP = dO V^T: along the Q block's rows (the rest along its keys)
   int dkv_warps_n;  // dV += P^T dO and dK += dS^T Q: along the keys (the rest along the head dim)
@@ -75,39 +80,39 @@ struct BwdLayout {
   int k, v, q, dout, p, ds, lse, dpsum;
   int q_stage, dout_stage, rows_stage;  // bytes from one stage's buffer to the next (Q, dO, LSE/D)
   int smem_bytes;
-  int convert_smem_bytes;  // convert's staging tile: a Q block of dQ in 16 bits, stride_qk a row
+  int convert_smem_bytes;  // convert's staging tile: a Q block of dQ in the element type, stride_qk a row
 };
 
-// 16-bit inputs only (the fp32 path needs tf32 fragment loads; see backward.cu). `warps` and
-// `stages` (1 or 2 Q/dO buffers) as the tiling's knobs; a split of 0 marks a tiling the warps
-// cannot divide (the host refuses it).
-FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int head_dim_qk, int head_dim_v, int block_m, int block_n, int warps,
-                                              int stages) {
-  constexpr int kElemBytes = 2;
+// `elem_bytes`: 2 (f16, bf16) or 4 (fp32: every tile, P and dS included, holds fp32); `warps`
+// and `stages` (1 or 2 Q/dO buffers) as the tiling's knobs; a split of 0 marks a tiling the
+// warps cannot divide (the host refuses it). The splits do not depend on the element type.
+FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int elem_bytes, int head_dim_qk, int head_dim_v, int block_m, int block_n,
+                                              int warps, int stages) {
+  const int row_pad = elem_bytes == 2 ? kBwdRowPad16 : kBwdRowPad32;
   constexpr int kFloatBytes = 4;
   BwdLayout l{};
   l.dqk = bwd_padded_head_dim(head_dim_qk, head_dim_v);
   l.dv = bwd_padded_head_dim(head_dim_v, head_dim_qk);
-  l.stride_qk = l.dqk + kBwdRowPad16;
-  l.stride_v = l.dv + kBwdRowPad16;
-  l.stride_ps = block_n + kBwdRowPad16;
+  l.stride_qk = l.dqk + row_pad;
+  l.stride_v = l.dv + row_pad;
+  l.stride_ps = block_n + row_pad;
   l.sdp_warps_m = bwd_warps_along_rows(warps, block_m, block_n);
   // dK and dV share the split (one loop of their products): both head dims must divide.
   l.dkv_warps_n = bwd_warps_along_rows(warps, block_n, l.dqk, l.dv);
   l.dq_warps_m = bwd_warps_along_rows(warps, block_m, l.dqk);
-  l.q_stage = block_m * l.stride_qk * kElemBytes;
-  l.dout_stage = block_m * l.stride_v * kElemBytes;
+  l.q_stage = block_m * l.stride_qk * elem_bytes;
+  l.dout_stage = block_m * l.stride_v * elem_bytes;
   l.rows_stage = block_m * kFloatBytes;
   l.k = 0;
-  l.v = l.k + block_n * l.stride_qk * kElemBytes;
-  l.q = l.v + block_n * l.stride_v * kElemBytes;
+  l.v = l.k + block_n * l.stride_qk * elem_bytes;
+  l.q = l.v + block_n * l.stride_v * elem_bytes;
   l.dout = l.q + stages * l.q_stage;
   l.p = l.dout + stages * l.dout_stage;
-  l.ds = l.p + block_m * l.stride_ps * kElemBytes;
-  l.lse = l.ds + block_m * l.stride_ps * kElemBytes;
+  l.ds = l.p + block_m * l.stride_ps * elem_bytes;
+  l.lse = l.ds + block_m * l.stride_ps * elem_bytes;
   l.dpsum = l.lse + stages * l.rows_stage;
   l.smem_bytes = l.dpsum + stages * l.rows_stage;
-  l.convert_smem_bytes = block_m * l.stride_qk * kElemBytes;
+  l.convert_smem_bytes = block_m * l.stride_qk * elem_bytes;
   return l;
 }
 

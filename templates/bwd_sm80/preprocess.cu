@@ -8,7 +8,7 @@
 // longest sequence rounded up), so every sequence's span is its own.
 // Sinks: each CTA writes its Q block's term of dL/dsinks to the workspace; convert sums them.
 // Deterministic: each CTA also zeroes its Q block's turn flag (bwd_sm80/dq_order.cuh).
-// Not yet covered (see docs/design/backward.md): fp32 inputs.
+// fp32 inputs: the same reads, kVec 4 (16 bytes).
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/elem.cuh"

@@ -69,6 +69,19 @@ FJ_DEVICE void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) {
 FJ_DEVICE void st_shared_b32(unsigned addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+// fp32 fragments by shared-space address (ldmatrix moves 16-bit elements only): one float, two
+// adjacent floats (8-byte aligned), and two adjacent floats stored.
+FJ_DEVICE float ld_shared_f32(unsigned addr) {
+  float x;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(addr));
+  return x;
+}
+FJ_DEVICE void ld_shared_v2_f32(float& x, float& y, unsigned addr) {
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(addr));
+}
+FJ_DEVICE void st_shared_v2_f32(unsigned addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
 
 // --- tensor-core products, fp32 accumulators --------------------------------------------------
 FJ_DEVICE void mma_f16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {

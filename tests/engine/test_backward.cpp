@@ -156,7 +156,6 @@ TEST_CASE("backward: what no kernel serves yet is UNSUPPORTED, naming the argume
     const char* needle;
   };
   const Case cases[] = {
-      {"fp32", [](BackwardArgs& b) { b = make(DType::f32); }, "q.dtype"},
       {"kv_starts", [](BackwardArgs& b) {
          b.forward.kv_starts = reinterpret_cast<const std::int32_t*>(addr(11));
        }, "kv_starts"},
@@ -338,6 +337,47 @@ TEST_CASE("backward: wide head dims and Dqk != Dv: padding, defaults per arch, a
           const Tiling d = bwd().default_tiling(a, s, nullptr);
           CHECK(std::find(candidates.begin(), candidates.end(), d) != candidates.end());
         }
+}
+
+TEST_CASE("backward: fp32 (exact and tf32) plans bwd_sm80 with fp32 tiles that fit each arch") {
+  const Arch sm80 = Arch::parse("sm_80").value(), sm86 = Arch::parse("sm_86").value(), sm90 = Arch::parse("sm_90a").value();
+  auto sem = [](int d, Fp32Math math = Fp32Math::exact) {
+    BackwardArgs b = make(DType::f32, d);
+    b.forward.fp32_math = math;
+    return validate_backward(b).value().semantics;
+  };
+  auto def = [](const Arch& a, const Semantics& s) { return bwd().default_tiling(a, s, nullptr).name(); };
+  CHECK(plan_of(make(DType::f32, 64)).second == "OK: bwd_sm80-f32-dqk64-dv64-vec4-m64n64w8q2");
+  BackwardArgs tf32 = make(DType::f32, 128);
+  tf32.forward.fp32_math = Fp32Math::tf32;
+  CHECK(plan_of(tf32).second == "OK: bwd_sm80-f32-tf32-dqk128-dv128-vec4-m32n64w8q2");
+  // Every tile is fp32, P and dS included: twice 16-bit's bytes, so the blocks are 32 and 64.
+  const Semantics d64 = sem(64), d128 = sem(128), d256 = sem(256), d128t = sem(128, Fp32Math::tf32);
+  CHECK(variant_smem_bytes({"bwd_sm80", d64, tiling(64, 64, 8, 2)}) == 148480);
+  CHECK(def(sm90, d64) == "m64n64w8q2");
+  CHECK(def(sm80, d64) == "m64n64w8q2");
+  CHECK(def(sm90, d128) == "m64n64w8q1");  // 172.5 KB
+  CHECK(def(sm80, d128) == "m32n64w8q2");  // 154.5 KB: 64 x 64 does not fit 163 KB
+  CHECK(def(sm80, d128t) == def(sm80, d128));
+  CHECK(def(sm86, d128) == "m32n32w4q1");  // 78 KB
+  CHECK(def(sm90, d256) == "m32n64w8q1");  // 216 KB
+  CHECK(def(sm80, d256) == "m32n32w4q1");  // 142 KB
+  // The phase's tile is at most 64 registers a thread: 64 x 32 on 4 warps at 192 holds 96.
+  const auto wide = bwd().candidate_tilings(sm90, sem(192));
+  CHECK(std::find(wide.begin(), wide.end(), tiling(64, 32, 4)) == wide.end());
+  CHECK(std::find(wide.begin(), wide.end(), tiling(32, 32, 4)) != wide.end());
+  // Every padded width has candidates on sm_80 and sm_90a, the default among them, each fitting.
+  for (const Arch& a : {sm80, sm90})
+    for (int d = 16; d <= 256; d += 16) {
+      const Semantics s = sem(d);
+      INFO(a.name() << " d " << d);
+      REQUIRE(bwd().refusal(a, s, nullptr) == nullptr);
+      const auto candidates = bwd().candidate_tilings(a, s);
+      REQUIRE(!candidates.empty());
+      for (const Tiling& t : candidates) CHECK(check_variant({"bwd_sm80", s, t}, a).ok());
+      const Tiling d_t = bwd().default_tiling(a, s, nullptr);
+      CHECK(std::find(candidates.begin(), candidates.end(), d_t) != candidates.end());
+    }
 }
 
 TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {

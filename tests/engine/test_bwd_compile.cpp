@@ -1,4 +1,5 @@
-// bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; head dim 256 and Dqk = 192 with
+// bwd_sm80 variants (f16/bf16 x head dim 64/128 x causal or not; fp32 exact and tf32 at head dims
+// 40, 64, 128, 256 with GQA and the score edits on every candidate; head dim 256 and Dqk = 192 with
 // Dv = 128 at their defaults; each of GQA, window, softcap, ALiBi, varlen, kv_lens alone at head
 // dim 128; all six at 128 and 256; all four together, where they need the most registers,
 // at head dims 1 to 256 and odd pairs), on every candidate tiling and the default, compile through
@@ -98,6 +99,15 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
       s.gqa = s.window = s.softcap = s.alibi = s.varlen = s.kv_lens = true;
       add_all_tilings(s);
     }
+    // fp32, exact and tf32: every candidate at head dims 64, 128 and 256 with the score edits and
+    // GQA (the most registers), and at 40 (an odd count of 16-column steps), 4-element accesses.
+    for (Fp32Math math : {Fp32Math::exact, Fp32Math::tf32})
+      for (int d : {40, 64, 128, 256}) {
+        Semantics s = backward_semantics(DType::f32, d, Mask::causal, 4);
+        s.fp32_math = math;
+        s.gqa = s.window = s.softcap = s.alibi = true;
+        add_all_tilings(s);
+      }
     // Narrow accesses (a strided head dim; 4-byte aligned views) take the copies' other paths.
     for (int vec : {1, 2}) {
       const Semantics s = backward_semantics(DType::bf16, 64, Mask::causal, vec);

@@ -106,11 +106,14 @@ TEST_CASE("the backward's families and tilings are listed like the forward's, wi
   Semantics f32 = s;
   f32.dtype = DType::f32;
   f32.vec = 4;
-  auto refused = families_serving(sm80, f32, Pass::backward);
+  CHECK(families_serving(sm80, f32, Pass::backward).value() == std::vector<std::string>{"bwd_sm80"});
+  Semantics paged = s;
+  paged.paged = true;
+  auto refused = families_serving(sm80, paged, Pass::backward);
   REQUIRE(!refused.ok());
   CHECK(refused.error().code() == Code::unsupported);
   CHECK(has(refused.error().message(), "no backward kernel family serves"));
-  CHECK(has(refused.error().message(), "bwd_sm80 refused: q.dtype"));
+  CHECK(has(refused.error().message(), "bwd_sm80 refused: paged"));
   CHECK(families_serving(sm75, s, Pass::backward).error().code() == Code::unsupported);
 }
 

@@ -1,6 +1,6 @@
 // The backward pass on the GPU (bwd_sm80): dq, dk and dv against a float64 CPU reference computed
-// here from the same fp16/bf16 inputs, on small odd shapes (no tile divides them), causal or not,
-// both 16-bit dtypes, head dims 64 and 128, odd ones, wide ones (160, 192, 256) and Dqk != Dv
+// here from the same fp16/bf16/fp32 inputs, on small odd shapes (no tile divides them), causal or not,
+// both 16-bit dtypes and fp32 (exact and tf32), head dims 64 and 128, sinks, odd ones, wide ones (160, 192, 256) and Dqk != Dv
 // (MLA's 192/128, odd pairs each side of 128), gradients in [B,S,H,D] or [B,H,S,D]
 // storage, GQA/MQA (4:1, 16:1), sliding windows narrower and wider than the sequence, softcap
 // with large logits, ALiBi. Each case
@@ -33,11 +33,17 @@ namespace {
 // rounding the exact gradient to the dtype: the output's own rounding, P and dS rounded to 16
 // bits before the products that use them (each about one output rounding), and headroom.
 constexpr double kRoundingsAllowed = 4;
+// fp32 in tf32 mode: the same bound, with rounding to tf32 (what each product rounds its operands
+// to) in place of the dtype's. Exact fp32 (3xTF32 products): the forward's exact-fp32 bound
+// (tests/gpu/gpu_fixture.hpp); tests/templates/bwd_emulate.py measures 2e-7 to 2.3e-6 on the CPU.
+constexpr double kExactFp32Bound = 1e-5;
+constexpr double kSinksBound = 1e-2;  // dL/dsinks' relative error, as tests/templates/emu/bwd_emu_main.cpp's
 constexpr unsigned char kGarbage = 0xFF;  // 0xFFFF is a NaN in f16 and bf16, 0xFFFFFFFF in fp32
 constexpr std::uint32_t kSeed = 2024;
 
 struct BwdCase {
   DType dtype = DType::f16;
+  Fp32Math fp32_math = Fp32Math::exact;  // fp32 only
   std::int64_t B = 2, H = 3, Sq = 77, Sk = 130, D = 64;  // D: head dim of q and k (and v unless Dv)
   std::int64_t Dv = 0;   // head dim of v, o, dO; 0: D
   std::int64_t Hkv = 0;  // key/value heads; 0: H (no GQA)
@@ -48,10 +54,11 @@ struct BwdCase {
   std::optional<float> softmax_scale;  // unset: 1/sqrt(D)
   bool alibi = false;                  // slopes kAlibiSlope0 / 2^h, one row for the batch
   bool deterministic = false;          // dq summed in a fixed order: bit-identical from call to call
+  bool sinks = false;                  // a sink logit a q-head (normal values), and its gradient
   std::int64_t kv_heads() const { return Hkv ? Hkv : H; }
   std::int64_t dv() const { return Dv ? Dv : D; }
   std::string describe() const {
-    std::string out = std::string(dtype_name(dtype)) + " B" + std::to_string(B) + " H" + std::to_string(H);
+    std::string out = std::string(dtype_name(dtype)) + (dtype == DType::f32 ? std::string("-") + fp32_math_name(fp32_math) : "") + " B" + std::to_string(B) + " H" + std::to_string(H);
     if (Hkv) out += "/" + std::to_string(Hkv);
     out += " Sq" + std::to_string(Sq) + " Sk" + std::to_string(Sk) + " D" + std::to_string(D) +
            (Dv ? "/" + std::to_string(Dv) : "") + (causal ? " causal" : " none");
@@ -59,6 +66,7 @@ struct BwdCase {
     if (softcap) out += " cap" + std::to_string(int(*softcap));
     if (softmax_scale) out += " scale" + std::to_string(*softmax_scale).substr(0, 4);
     if (alibi) out += " alibi";
+    if (sinks) out += " sinks";
     return out + (bhsd_grads ? " grads-bhsd" : " grads-bshd");
   }
 };
@@ -73,7 +81,8 @@ float alibi_slope(std::int64_t h) { return float(kAlibiSlope0 / double(1ll << h)
 struct HostProblem {
   BwdCase c;
   std::vector<float> q, k, v, dout, o, lse;  // o rounded to the dtype, lse fp32 [B,H,Sq]
-  std::vector<double> dq, dk, dv;            // the exact gradients, [B,S,H,D]
+  std::vector<float> sinks;                  // [H] with sinks
+  std::vector<double> dq, dk, dv, dsinks;    // the exact gradients, [B,S,H,D] ([H]: dsinks)
 };
 
 std::int64_t at(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t S, std::int64_t H, std::int64_t D) {
@@ -102,6 +111,9 @@ HostProblem make_problem(const BwdCase& c) {
   p.o.assign(std::size_t(no), 0.f);
   p.lse.assign(std::size_t(c.B * c.H * c.Sq), 0.f);
   p.dq.assign(std::size_t(nq), 0.0), p.dk.assign(std::size_t(nk), 0.0), p.dv.assign(std::size_t(nv), 0.0);
+  p.dsinks.assign(std::size_t(c.H), 0.0);
+  if (c.sinks)
+    for (std::int64_t h = 0; h < c.H; ++h) p.sinks.push_back(normal(rng));
   const double scale = c.softmax_scale ? double(*c.softmax_scale) : 1.0 / std::sqrt(double(c.D));
   const std::int64_t offset = c.Sk - c.Sq;  // the bottom-right diagonal
   std::vector<double> prob(std::size_t(c.Sk)), dp(std::size_t(c.Sk)), dzds(std::size_t(c.Sk));
@@ -115,7 +127,9 @@ HostProblem make_problem(const BwdCase& c) {
         if (c.causal) last = std::min(last, i + offset);
         if (c.window && c.window->left >= 0) first = std::max(first, i + offset - c.window->left);
         if (c.window && c.window->right >= 0 && !c.causal) last = std::min(last, i + offset + c.window->right);
-        double m = -std::numeric_limits<double>::infinity();
+        // With sinks, the head's sink joins the row's max and denominator (never its keys).
+        const double sink = c.sinks ? double(p.sinks[std::size_t(h)]) : -std::numeric_limits<double>::infinity();
+        double m = sink;
         for (std::int64_t j = first; j <= last; ++j) {
           const float* kj = &p.k[std::size_t(at(b, j, hk, c.Sk, Hkv, c.D))];
           double s = 0;
@@ -131,11 +145,11 @@ HostProblem make_problem(const BwdCase& c) {
           m = std::max(m, z);
         }
         float& lse = p.lse[std::size_t((b * c.H + h) * c.Sq + i)];
-        if (last < first) {  // a row that sees no key: o = 0, lse = -inf, no gradient
+        if (last < first && !c.sinks) {  // a row that sees no key: o = 0, lse = -inf, no gradient
           lse = -std::numeric_limits<float>::infinity();
           continue;
         }
-        double sum = 0;
+        double sum = c.sinks ? std::exp(sink - m) : 0.0;
         for (std::int64_t j = first; j <= last; ++j) sum += std::exp(prob[std::size_t(j)] - m);
         const double row_lse = m + std::log(sum);
         lse = float(row_lse);
@@ -151,6 +165,7 @@ HostProblem make_problem(const BwdCase& c) {
         }
         for (std::int64_t e = 0; e < Dv; ++e)
           p.o[std::size_t(at(b, i, h, c.Sq, c.H, Dv) + e)] = quantize(float(oi[std::size_t(e)]), c.dtype);
+        if (c.sinks) p.dsinks[std::size_t(h)] -= std::exp(sink - row_lse) * dsum;  // dL/dsink = -P(sink) D
         for (std::int64_t j = first; j <= last; ++j) {
           const double ds = prob[std::size_t(j)] * (dp[std::size_t(j)] - dsum) * dzds[std::size_t(j)];
           const std::int64_t kj = at(b, j, hk, c.Sk, Hkv, c.D), qi_at = at(b, i, h, c.Sq, c.H, c.D);
@@ -167,6 +182,11 @@ HostProblem make_problem(const BwdCase& c) {
 
 // A [B,S,H,D] host tensor in a device buffer of the dtype.
 tools::DeviceBuffer upload(const std::vector<float>& x, DType dt) {
+  if (dt == DType::f32) {
+    auto buf = tools::DeviceBuffer::allocate(Fixture::get().gpu.driver(), x.size() * sizeof(float)).value();
+    REQUIRE(buf.upload(x.data(), x.size() * sizeof(float)).ok());
+    return buf;
+  }
   std::vector<std::uint16_t> bits(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) bits[i] = dt == DType::f16 ? float_to_f16(x[i]) : float_to_bf16(x[i]);
   auto buf = tools::DeviceBuffer::allocate(Fixture::get().gpu.driver(), bits.size() * 2).value();
@@ -179,8 +199,10 @@ struct Error {
   std::int64_t non_finite = 0;
 };
 
-// A gradient read back through its view, against the exact one ([B,S,H,D]).
-Error compare(const tools::DeviceBuffer& buf, const TensorView& view, const std::vector<double>& ref, DType dt,
+// A gradient read back through its view, against the exact one ([B,S,H,D]); `bits` receives the
+// buffer's bytes as 16-bit words (an fp32 value is two). `rounding` is that of the dtype, or of
+// tf32 with `tf32`.
+Error compare(const tools::DeviceBuffer& buf, const TensorView& view, const std::vector<double>& ref, DType dt, bool tf32,
               std::vector<std::uint16_t>& bits) {
   bits.assign(buf.bytes() / 2, 0);
   REQUIRE(buf.download(bits.data(), buf.bytes()).ok());
@@ -191,13 +213,20 @@ Error compare(const tools::DeviceBuffer& buf, const TensorView& view, const std:
     for (std::int64_t s = 0; s < S; ++s)
       for (std::int64_t h = 0; h < H; ++h)
         for (std::int64_t d = 0; d < D; ++d) {
-          const std::uint16_t x = bits[std::size_t(b * view.stride[0] + s * view.stride[1] + h * view.stride[2] + d * view.stride[3])];
-          const double got = dt == DType::f16 ? f16_to_float(x) : bf16_to_float(x);
+          const std::size_t i = std::size_t(b * view.stride[0] + s * view.stride[1] + h * view.stride[2] + d * view.stride[3]);
+          double got;
+          if (dt == DType::f32) {
+            float f;
+            std::memcpy(&f, &bits[2 * i], sizeof f);
+            got = f;
+          } else {
+            got = dt == DType::f16 ? f16_to_float(bits[i]) : bf16_to_float(bits[i]);
+          }
           const double want = ref[std::size_t(at(b, s, h, S, H, D) + d)];
           if (!std::isfinite(got)) ++e.non_finite;
           num += (got - want) * (got - want);
           den += want * want;
-          const double r = quantize(float(want), dt) - want;
+          const double r = (tf32 ? round_to_tf32(float(want)) : quantize(float(want), dt)) - want;
           rnd += r * r;
         }
   e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
@@ -205,8 +234,9 @@ Error compare(const tools::DeviceBuffer& buf, const TensorView& view, const std:
   return e;
 }
 
-// The arguments of case c over its buffers (q, k, v, o, lse, dout, dq, dk, dv, alibi slopes in order).
-void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
+// The arguments of case c over its buffers (q, k, v, o, lse, dout, dq, dk, dv, alibi slopes, sinks,
+// dsinks in order).
+void set_views(const BwdCase& c, const void* const (&at)[12], BackwardArgs& a) {
   const std::int64_t Hkv = c.kv_heads();
   AttentionArgs& f = a.forward;
   f.q = TensorView::bshd(at[0], c.dtype, c.B, c.Sq, c.H, c.D);
@@ -215,6 +245,8 @@ void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
   f.o = TensorView::bshd(at[3], c.dtype, c.B, c.Sq, c.H, c.dv());
   f.lse = LseView::contiguous(static_cast<float*>(const_cast<void*>(at[4])), c.B, c.H, c.Sq);
   f.mask = c.causal ? Mask::causal : Mask::none;
+  f.fp32_math = c.fp32_math;
+  if (c.sinks) f.sinks = static_cast<const float*>(at[10]), a.dsinks = static_cast<float*>(const_cast<void*>(at[11]));
   f.window = c.window;
   f.softcap = c.softcap;
   f.softmax_scale = c.softmax_scale;
@@ -228,7 +260,7 @@ void set_views(const BwdCase& c, const void* const (&at)[10], BackwardArgs& a) {
 }
 
 struct DeviceProblem {
-  tools::DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, alibi;
+  tools::DeviceBuffer q, k, v, o, dout, lse, dq, dk, dv, alibi, sinks, dsinks;
   BackwardArgs args;
 };
 
@@ -243,10 +275,16 @@ void make_device(const HostProblem& p, DeviceProblem& d) {
   for (std::int64_t h = 0; h < c.H; ++h) slopes[std::size_t(h)] = alibi_slope(h);
   d.alibi = tools::DeviceBuffer::allocate(drv, slopes.size() * sizeof(float)).value();
   REQUIRE(d.alibi.upload(slopes.data(), slopes.size() * sizeof(float)).ok());
-  d.dq = tools::DeviceBuffer::allocate(drv, p.q.size() * 2).value();
-  d.dk = tools::DeviceBuffer::allocate(drv, p.k.size() * 2).value();
-  d.dv = tools::DeviceBuffer::allocate(drv, p.v.size() * 2).value();
-  set_views(c, {d.q.ptr(), d.k.ptr(), d.v.ptr(), d.o.ptr(), d.lse.ptr(), d.dout.ptr(), d.dq.ptr(), d.dk.ptr(), d.dv.ptr(), d.alibi.ptr()},
+  const std::size_t elem = dtype_size(c.dtype);
+  d.dq = tools::DeviceBuffer::allocate(drv, p.q.size() * elem).value();
+  d.dk = tools::DeviceBuffer::allocate(drv, p.k.size() * elem).value();
+  d.dv = tools::DeviceBuffer::allocate(drv, p.v.size() * elem).value();
+  const std::size_t heads_bytes = std::size_t(c.H) * sizeof(float);
+  d.sinks = tools::DeviceBuffer::allocate(drv, heads_bytes).value();
+  d.dsinks = tools::DeviceBuffer::allocate(drv, heads_bytes).value();
+  if (c.sinks) REQUIRE(d.sinks.upload(p.sinks.data(), heads_bytes).ok());
+  set_views(c, {d.q.ptr(), d.k.ptr(), d.v.ptr(), d.o.ptr(), d.lse.ptr(), d.dout.ptr(), d.dq.ptr(), d.dk.ptr(), d.dv.ptr(), d.alibi.ptr(),
+                d.sinks.ptr(), d.dsinks.ptr()},
             d.args);
 }
 
@@ -258,7 +296,7 @@ std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, cons
   Fixture& f = Fixture::get();
   if (!engine) engine = f.engine.get();
   INFO(run);
-  for (auto* b : {&d.dq, &d.dk, &d.dv}) REQUIRE(b->fill_bytes(kGarbage).ok());
+  for (auto* b : {&d.dq, &d.dk, &d.dv, &d.dsinks}) REQUIRE(b->fill_bytes(kGarbage).ok());
   auto st = tiling ? engine->backward_with_tiling(d.args, *tiling, nullptr) : engine->backward(d.args, nullptr);
   REQUIRE_MESSAGE(st.ok(), (st.ok() ? "" : st.error().to_string()));
   REQUIRE(f.gpu.driver().cuCtxSynchronize() == CUDA_SUCCESS);
@@ -269,8 +307,9 @@ std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, cons
   for (const auto& named : grads) {  // not a structured binding: clang's C++17 cannot capture one in INFO's lambda
     const char* name = named.first;
     const auto& g = named.second;
-    const Error e = compare(*g.first, *g.second.first, *g.second.second, p.c.dtype, bits);
-    const double bound = kRoundingsAllowed * e.rounding;
+    const bool fp32 = p.c.dtype == DType::f32, tf32 = fp32 && p.c.fp32_math == Fp32Math::tf32;
+    const Error e = compare(*g.first, *g.second.first, *g.second.second, p.c.dtype, tf32, bits);
+    const double bound = fp32 && !tf32 ? kExactFp32Bound : kRoundingsAllowed * e.rounding;
     INFO(name << ": rel_l2 " << e.rel_l2 << ", bound " << bound << ", non-finite " << e.non_finite);
     CHECK(e.non_finite == 0);
     CHECK(e.rel_l2 <= bound);
@@ -278,6 +317,19 @@ std::vector<std::uint16_t> run_once(const HostProblem& p, DeviceProblem& d, cons
     std::snprintf(buf, sizeof buf, " %s %.2e (%.1fx rounding)", name, e.rel_l2, e.rounding > 0 ? e.rel_l2 / e.rounding : 0.0);
     line += buf;
     if (p.c.deterministic || std::string(name) != "dq") kept.insert(kept.end(), bits.begin(), bits.end());
+  }
+  if (p.c.sinks) {
+    std::vector<float> got(std::size_t(p.c.H));
+    REQUIRE(d.dsinks.download(got.data(), got.size() * sizeof(float)).ok());
+    double num = 0, den = 0;
+    for (std::size_t h = 0; h < got.size(); ++h)
+      num += (got[h] - p.dsinks[h]) * (got[h] - p.dsinks[h]), den += p.dsinks[h] * p.dsinks[h];
+    const double rel = std::sqrt(num / std::max(den, 1e-30));
+    INFO("dsinks: rel_l2 " << rel);
+    CHECK(rel < kSinksBound);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, " dsinks %.2e", rel);
+    line += buf;
   }
   std::printf("  %-52s %-8s%s\n", p.c.describe().c_str(), run, line.c_str());
   return kept;
@@ -325,7 +377,9 @@ void check_every_tiling(const BwdCase& c) {
 // The views of `c` at fake addresses, for planning only.
 void fake_views(const BwdCase& c, BackwardArgs& a) {
   auto at_slot = [](std::uintptr_t slot) { return reinterpret_cast<const void*>(slot << 32); };
-  set_views(c, {at_slot(1), at_slot(2), at_slot(3), at_slot(4), at_slot(5), at_slot(6), at_slot(7), at_slot(8), at_slot(9), at_slot(10)}, a);
+  set_views(c, {at_slot(1), at_slot(2), at_slot(3), at_slot(4), at_slot(5), at_slot(6), at_slot(7), at_slot(8), at_slot(9), at_slot(10),
+                at_slot(11), at_slot(12)},
+            a);
 }
 
 // Compiles the cases' variants on every core first (each case then only loads its module).
@@ -462,6 +516,57 @@ TEST_CASE("backward: deterministic mode gives dq bit for bit, with masks, GQA, w
   add(DType::bf16, 192, false, [](BwdCase& c) { c.Dv = 128, c.H = 4, c.Hkv = 2; });
   precompile(cases);
   for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: fp32 (exact within 1e-5, tf32 within 4 tf32 roundings) matches float64, twice, on garbage workspace") {
+  std::vector<BwdCase> cases;
+  auto add = [&](Fp32Math math, std::int64_t d, bool causal, auto&& set) {
+    BwdCase c;
+    c.dtype = DType::f32, c.fp32_math = math, c.D = d, c.causal = causal;
+    set(c);
+    cases.push_back(c);
+  };
+  auto none = [](BwdCase&) {};
+  for (Fp32Math math : {Fp32Math::exact, Fp32Math::tf32}) {
+    // The defaults at 64, 128 and 256 (fp32 tiles: 64 x 64, 64 x 64 or 32 x 64, 32 x 64 or 32 x 32).
+    add(math, 64, false, none);
+    add(math, 128, true, [](BwdCase& c) { c.bhsd_grads = true; });
+    add(math, 256, false, none);
+    // GQA 4:1 and MQA; causal with Sq > Sk (rows that see no key); sinks.
+    add(math, 128, false, [](BwdCase& c) { c.H = 8, c.Hkv = 2; });
+    add(math, 64, true, [](BwdCase& c) { c.B = 1, c.H = 16, c.Hkv = 1; });
+    add(math, 256, true, [](BwdCase& c) { c.Sq = 130, c.Sk = 77, c.H = 4, c.Hkv = 2; });
+    add(math, 64, true, [](BwdCase& c) { c.sinks = true; });
+  }
+  // Exact only: odd head dims, MLA's pair, a window with ALiBi, softcap with large logits (tf32's
+  // 10-bit operands make the logits' own error large there: an error of tf32, not of the kernel),
+  // deterministic mode with sinks.
+  add(Fp32Math::exact, 40, true, none);
+  add(Fp32Math::exact, 192, false, [](BwdCase& c) { c.Dv = 128; });
+  add(Fp32Math::exact, 96, true, [](BwdCase& c) { c.window = Window{30, 0}, c.alibi = true, c.H = 8, c.Hkv = 2; });
+  add(Fp32Math::exact, 64, false, [](BwdCase& c) { c.softcap = 5.f, c.softmax_scale = 1.f; });
+  add(Fp32Math::exact, 128, true, [](BwdCase& c) { c.deterministic = true, c.sinks = true, c.Sk = 300, c.Sq = 260; });
+  precompile(cases);
+  for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: sinks with f16 and bf16: dq, dk, dv and dsinks match float64") {
+  std::vector<BwdCase> cases;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    BwdCase c;
+    c.dtype = dt, c.D = dt == DType::f16 ? 64 : 128, c.causal = dt == DType::bf16, c.sinks = true;
+    cases.push_back(c);
+  }
+  precompile(cases);
+  for (const BwdCase& c : cases) check_case(c);
+}
+
+TEST_CASE("backward: every candidate tiling of fp32 at head dims 64 and 256 matches float64") {
+  for (auto [d, math] : {std::pair{64, Fp32Math::exact}, std::pair{256, Fp32Math::tf32}}) {
+    BwdCase c;
+    c.dtype = DType::f32, c.fp32_math = math, c.D = d, c.causal = true;
+    check_every_tiling(c);
+  }
 }
 
 TEST_CASE("backward: first-use tuning times the backward's candidates once; the tuned kernel matches float64") {

@@ -130,12 +130,11 @@ def test_the_backwards_semantics_plan_for_sm80(kwargs, tag):
     assert name.startswith("bwd_sm80-bf16-") and tag in name, name
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(dtype=torch.float32), "q.dtype: the backward takes f16 or bf16"),
-])
-def test_unsupported_semantics_raise_the_engines_message(kwargs, needle):
-    with pytest.raises(FlashjitError, match=needle):
-        backward_precompile(**kwargs)
+@pytest.mark.parametrize("d, tag", [(64, "-dqk64-dv64-vec4-m64n64w8q2"), (256, "-dqk256-dv256-vec4-m32n32w4q1")])
+def test_fp32_backward_compiles_for_sm80(d, tag):
+    # fp32 trains too: exact fp32 (3xTF32 products), fp32 tiles (sm_80's 163 KB: 32 x 32 at 256).
+    name = backward_precompile(dtype=torch.float32, d=d)
+    assert name.startswith("bwd_sm80-f32-") and tag in name, name
 
 
 def test_varlen_backward_compiles_and_paged_is_refused_by_name():

@@ -50,8 +50,7 @@ def prepare_templates(tmp):
 def cases(quick):
     def sem(dtype, d, mask, dv=None, **feats):  # head dims d (q, k) and dv (v; d unless given)
         dv = d if dv is None else dv
-        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": dv, "mask": mask,
-             "vec": next(v for v in (8, 4, 2, 1) if d % v == 0 and dv % v == 0)}
+        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": dv, "mask": mask, "vec": compile_bwd_check.vec_of(dtype, d, dv)}
         s.update(feats)
         return s
 
@@ -66,6 +65,15 @@ def cases(quick):
     # Wide head dims' defaults (sm_90a, sm_80) and MLA's Dqk = 192, Dv = 128.
     out.append(("bf16 d256 causal", sem("bf16", 256, "causal"), (64, 64, 8, 2), 900, {}))
     out.append(("f16 d192/128 none", sem("f16", 192, "none", dv=128), (64, 64, 8, 1), 800, {}))
+    # fp32 (exact: 3xTF32; tf32: one product), on the host's fp32 default tilings: narrow at 64
+    # (64 x 64 on 8 warps, two stages: sm_80), 128 (32 x 64, sm_80; 64 x 64, one stage: sm_90),
+    # wide 256 (32 x 32 on 4 warps: sm_80; 32 x 64 on 8: sm_90).
+    def fp32(math, d, mask, dv=None, **feats):
+        return sem("f32", d, mask, dv, fp32_math=math, **feats)
+    out.append(("f32 exact d64 causal", fp32("exact", 64, "causal"), (64, 64, 8, 2), 800, {}))
+    out.append(("f32 tf32 d128 none", fp32("tf32", 128, "none"), (32, 64, 8, 2), 800, {}))
+    out.append(("f32 exact d128 causal sm90", fp32("exact", 128, "causal"), (64, 64, 8, 1), 900, {"sq": 130, "sk": 77}))
+    out.append(("f32 exact d256 none", fp32("exact", 256, "none"), (32, 32, 4, 1), 800, {}))
     if quick:
         return out
     out += [
@@ -110,6 +118,23 @@ def cases(quick):
         ("f16 d256 kv_lens", sem("f16", 256, "none", kv_lens=True), (64, 32, 8, 2), 900, {"kv_lens": "100,3"}),
         ("bf16 d192/128 det causal gqa", sem("bf16", 192, "causal", dv=128, deterministic=True, gqa=True),
          (64, 64, 8, 2), 900, {"hq": 4, "hkv": 2, "b": 1, "sq": 150, "sk": 200}),
+        # fp32: the other tilings, odd and wide head dims, GQA, windows, softcap, ALiBi, varlen,
+        # kv_lens, sinks, deterministic.
+        ("f32 tf32 d256 causal gqa sm90", fp32("tf32", 256, "causal", gqa=True), (32, 64, 8, 1), 900,
+         {"hq": 4, "hkv": 2, "b": 1}),
+        ("f32 exact d40 odd", fp32("exact", 40, "none"), (64, 64, 4, 2), 800, {}),
+        ("f32 tf32 d33 narrow copies", fp32("tf32", 33, "causal"), (64, 64, 4, 1), 800, {}),
+        ("f32 exact d72/40 gqa", fp32("exact", 72, "causal", dv=40, gqa=True), (64, 64, 4, 2), 900,
+         {"hq": 4, "hkv": 1, "b": 1}),
+        ("f32 exact d96 all", fp32("exact", 96, "causal", gqa=True, window=True, softcap=True, alibi=True), (32, 64, 4, 2),
+         800, {"hq": 4, "hkv": 2, "b": 1, "left": 30, "softcap": 20, "scale": 1}),
+        ("f32 exact d192/128 varlen sinks", fp32("exact", 192, "causal", dv=128, varlen=True, sinks=True), (32, 32, 4, 1),
+         800, {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
+        ("f32 tf32 d64 kv_lens window", fp32("tf32", 64, "none", kv_lens=True, window=True), (64, 64, 8, 1), 900,
+         {"kv_lens": "100,3", "left": 16, "right": 8}),
+        ("f32 exact d128 det sq>sk", fp32("exact", 128, "causal", deterministic=True), (32, 64, 4, 2), 800,
+         {"sq": 200, "sk": 140}),
+        ("f32 exact d64 sinks", fp32("exact", 64, "causal", sinks=True), (64, 64, 8, 2), 800, {"sq": 130, "sk": 77}),
     ]
     return out
 

@@ -142,15 +142,24 @@ def resources(log):
 
 
 # engine/src/families/bwd_sm80.cpp's candidate rule: BLOCK_M, BLOCK_N in {64, 128} ({32, 64} for
-# wide head dims: layout.cuh's bwd_wide), 4 or 8 warps, 1 or 2 stages, every product's warp split
+# wide head dims: layout.cuh's bwd_wide; for fp32 always), 4 or 8 warps, 1 or 2 stages, every product's warp split
 # (templates/bwd_sm80/layout.cuh's bwd_warps_along_rows) whole 16 x 16 steps, at most
 # MAX_ACCUMULATORS fp32 accumulators a thread (dK, dV, and S + dP or dQ, the larger) and, with a
 # window, softcap, ALiBi, varlen or kv_lens, at most MAX_SCORE_REGISTERS_WITH_EDITS of S and dP;
 # shared memory within sm_90a's 227 KB (SMEM_LIMIT).
 MAX_ACCUMULATORS = 192
 MAX_SCORE_REGISTERS_WITH_EDITS = 64  # kMaxScoreRegistersWithEdits: window, softcap, ALiBi, varlen or kv_lens
+MAX_PHASE_REGISTERS_FP32 = 64  # kMaxPhaseRegistersFp32: fp32's S + dP or dQ tile a thread
 SMEM_LIMIT = 227 * 1024  # sm_90a's opt-in shared memory a block
+SMEM_LIMIT_SM80 = 163 * 1024  # sm_80's: where fp32's defaults differ from sm_90a's
 WIDE_HEAD_DIM = 128  # kBwdWideHeadDim: past it both head dims pad to 32 (kBwdWideHeadDimAlign)
+
+
+def vec_of(dtype, dqk, dv):
+    """The host's widest_vec for dense views: the widest access of at most 16 bytes (kWidestAccessBytes)
+    dividing both head dims."""
+    size = 4 if dtype == "f32" else 2
+    return next(v for v in (8, 4, 2, 1) if v * size <= 16 and dqk % v == 0 and dv % v == 0)
 
 
 def padded(d, other):
@@ -175,18 +184,22 @@ def warps_along_rows(warps, rows, cols, cols2=0):
     return best
 
 
-def smem_bytes(dqk, dv, bm, bn, st):
-    """layout.cuh's bwd_layout(...).smem_bytes."""
+def elem_bytes(dtype):
+    return 4 if dtype == "f32" else 2
+
+
+def smem_bytes(dqk, dv, bm, bn, st, elem=2):
+    """layout.cuh's bwd_layout(elem, ...).smem_bytes (rows pad by 8 elements at either size)."""
     sqk, sv, sps = padded(dqk, dv) + 8, padded(dv, dqk) + 8, bn + 8
-    return 2 * (bn * (sqk + sv) + st * bm * (sqk + sv) + 2 * bm * sps) + 2 * st * bm * 4
+    return elem * (bn * (sqk + sv) + st * bm * (sqk + sv) + 2 * bm * sps) + 2 * st * bm * 4
 
 
-def candidate_tilings(dqk, dv, feats):
+def candidate_tilings(dqk, dv, feats, dtype="f16", smem_limit=SMEM_LIMIT):
     out = []
     a, b = padded(dqk, dv), padded(dv, dqk)
     wide = max(a, b) > WIDE_HEAD_DIM
     edits = any(feats.get(k) for k in ("window", "softcap", "alibi", "varlen", "kv_lens"))
-    blocks = (32, 64) if wide else (64, 128)  # kWideBlocks, kBlocks
+    blocks = (32, 64) if wide or dtype == "f32" else (64, 128)  # kWideBlocks or kFp32Blocks, kBlocks
     for bm in blocks:
         for bn in blocks:
             for w in (4, 8):
@@ -197,18 +210,24 @@ def candidate_tilings(dqk, dv, feats):
                     scores = 2 * bm * bn // threads
                     if edits and scores > MAX_SCORE_REGISTERS_WITH_EDITS:
                         continue
-                    if smem_bytes(dqk, dv, bm, bn, st) > SMEM_LIMIT:
+                    if smem_bytes(dqk, dv, bm, bn, st, elem_bytes(dtype)) > smem_limit:
                         continue
-                    if (bn * (a + b) + max(2 * bm * bn, bm * a)) // threads <= MAX_ACCUMULATORS:
+                    phase = max(2 * bm * bn, bm * a) // threads
+                    if dtype == "f32" and phase > MAX_PHASE_REGISTERS_FP32:
+                        continue
+                    if bn * (a + b) // threads + phase <= MAX_ACCUMULATORS:
                         out.append((bm, bn, w, st))
     return out
 
 
-def default_tiling(dqk, dv, feats):
-    """bwd_sm80.cpp's default_tiling on sm_90a."""
-    cands = candidate_tilings(dqk, dv, feats)
+def default_tiling(dqk, dv, feats, dtype="f16", smem_limit=SMEM_LIMIT):
+    """bwd_sm80.cpp's default_tiling on sm_90a (or the arch of smem_limit)."""
+    cands = candidate_tilings(dqk, dv, feats, dtype, smem_limit)
     a, b = padded(dqk, dv), padded(dv, dqk)
-    if max(a, b) > WIDE_HEAD_DIM:
+    if dtype == "f32":  # kFp32Preferred
+        preferred = [(bm, bn, w, st) for bm, bn, w in ((64, 64, 8), (64, 64, 4), (32, 64, 8), (32, 32, 4))
+                     for st in (2, 1)]
+    elif max(a, b) > WIDE_HEAD_DIM:
         preferred = [(64, 64, 8, 2), (64, 64, 8, 1), (64, 32, 8, 2), (64, 32, 8, 1), (64, 32, 4, 2), (64, 32, 4, 1),
                      (32, 32, 4, 2), (32, 32, 4, 1)]
     else:
@@ -234,18 +253,26 @@ HEAD_DIMS = ((1, 1), (33, 33), (40, 40), (64, 64), (72, 72), (96, 96), (112, 112
              (256, 256), (192, 128), (72, 40), (200, 136))
 
 
+# The element types by name: f32 is exact fp32 (3xTF32 products), tf32 fp32 with one product.
+DTYPES = {"f16": {"dtype": "f16"}, "bf16": {"dtype": "bf16"}, "f32": {"dtype": "f32", "fp32_math": "exact"},
+          "tf32": {"dtype": "f32", "fp32_math": "tf32"}}
+
+
 def variants(quick, dims=None):
-    def one(dtype, dqk, dv, mask, feats, tag, tiling):
+    def one(name, dqk, dv, mask, feats, tag, tiling):
         bm, bn, w, st = tiling
-        # The widest access dividing the head dims, as the host's widest_vec picks for dense views.
-        vec = next(v for v in (8, 4, 2, 1) if dqk % v == 0 and dv % v == 0)
-        sem = {"dtype": dtype, "head_dim_qk": dqk, "head_dim_v": dv, "mask": mask, "vec": vec}
+        dtype = DTYPES[name]["dtype"]
+        sem = {"head_dim_qk": dqk, "head_dim_v": dv, "mask": mask, "vec": vec_of(dtype, dqk, dv)}
+        sem.update(DTYPES[name])
         sem.update(feats)
         d = "d%d" % dqk if dqk == dv else "d%dv%d" % (dqk, dv)
         return (sem, [("kBlockM", bm), ("kBlockN", bn), ("kWarps", w), ("kStages", st)],
-                "bwd_sm80_%s_%s_%s%s_m%dn%dw%ds%d" % (dtype, d, mask, tag, bm, bn, w, st))
+                "bwd_sm80_%s_%s_%s%s_m%dn%dw%ds%d" % (name, d, mask, tag, bm, bn, w, st))
 
-    for dtype in ("f16", "bf16"):
+    for name in DTYPES:
+        dtype = DTYPES[name]["dtype"]
+        # fp32's defaults differ between sm_80 and sm_90a (shared memory): both are checked.
+        limits = (SMEM_LIMIT, SMEM_LIMIT_SM80) if dtype == "f32" else (SMEM_LIMIT,)
         for mask in ("none", "causal"):
             for dqk, dv in DEFAULT_DIMS:
                 if dims and (dqk, dv) not in dims:
@@ -253,13 +280,18 @@ def variants(quick, dims=None):
                 for tag, feats in FEATURES.items():
                     if tag and quick:
                         continue
-                    yield one(dtype, dqk, dv, mask, feats, "_" + tag if tag else "", default_tiling(dqk, dv, feats))
+                    defaults = []
+                    for limit in limits:
+                        t = default_tiling(dqk, dv, feats, dtype, limit)
+                        if t not in defaults:
+                            defaults.append(t)
+                            yield one(name, dqk, dv, mask, feats, "_" + tag if tag else "", t)
             if not quick:  # registers grow with the features: all of them bound each alone
                 for dqk, dv in HEAD_DIMS:
                     if dims and (dqk, dv) not in dims:
                         continue
-                    for t in candidate_tilings(dqk, dv, ALL):
-                        yield one(dtype, dqk, dv, mask, ALL, "_all", t)
+                    for t in candidate_tilings(dqk, dv, ALL, dtype):
+                        yield one(name, dqk, dv, mask, ALL, "_all", t)
 
 
 def main():

@@ -70,8 +70,6 @@ TEST_CASE("warmup refuses bad arguments before touching the cache folder") {
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "sideways"}, "--pass: must be one of forward, backward, both"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "bwd_sm80"}, "bwd_sm80 is a backward family"},
       {{"--arch", "sm_80", "--head-dim", "64", "--family", "fa2_sm80", "--pass", "both"}, "fa2_sm80 is a forward family"},
-      {{"--arch", "sm_80", "--dtype", "f32", "--head-dim", "64", "--pass", "backward"}, "no backward kernel family serves"},
-      {{"--arch", "sm_80", "--set", "all-dims", "--pass", "both"}, "q.dtype: the backward takes f16 or bf16"},
       {{"--arch", "sm_80", "--head-dim", "64", "--pass", "backward", "--tiling", "m128n64w4s2"},
        "not a tiling of any backward family"},
   }, [&](const CliResult&) { CHECK(missing_or_empty(cache)); });
@@ -125,6 +123,11 @@ TEST_CASE("warmup --pass and the training set list the backward's kernels beside
   REQUIRE(text.code == 0);
   CHECK(contains(text.out, "sm_80 bwd_sm80-f16-dqk64-dv64-vec8-"));
   CHECK(contains(text.out, "1 backward kernel would be compiled"));
+  // fp32 too (bwd_sm80's fp32 tiles: 64 x 64 on 8 warps at D = 64).
+  auto fp32 = run_flashjit({"warmup", "--arch", "sm_80", "--dtype", "f32", "--head-dim", "64", "--pass", "backward",
+                            "--dry-run", "--cache-dir", cache});
+  REQUIRE(fp32.code == 0);
+  CHECK(contains(fp32.out, "sm_80 bwd_sm80-f32-dqk64-dv64-vec4-m64n64w8q2"));
 
   // The training set: its forward writes the LSE, its backward (the same 32 variants) does not.
   auto training = run_flashjit({"warmup", "--arch", "sm_80", "--set", "training", "--dry-run", "--json", "--cache-dir", cache});

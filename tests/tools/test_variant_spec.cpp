@@ -279,11 +279,15 @@ TEST_CASE("plan: a backward pass adds the backward family's variants, named as E
   REQUIRE(wide.ok());
   REQUIRE(wide->size() == 1);
   CHECK(wide->front().variant.family == "bwd_sm80");
-  specs[0].semantics.dtype = DType::f32;
+  specs[0].semantics.dtype = DType::f32;  // fp32: served too
   specs[0].semantics.vec = 4;
   auto fp32 = plan_warmup(specs, {archs[0]}, false);
-  REQUIRE(!fp32.ok());
-  CHECK(contains(fp32.error().message(), "backward on sm_80: no backward kernel family serves"));
+  REQUIRE(fp32.ok());
+  CHECK(fp32->front().variant.family == "bwd_sm80");
+  specs[0].semantics.paged = true;  // no training through a KV cache
+  auto paged = plan_warmup(specs, {archs[0]}, false);
+  REQUIRE(!paged.ok());
+  CHECK(contains(paged.error().message(), "backward on sm_80: no backward kernel family serves"));
 }
 
 TEST_CASE("JSON integers are range-checked before narrowing (issue 6, defect 6)") {

@@ -129,11 +129,12 @@ struct AttentionArgs {
 // The backward pass of one forward call: the gradients of a loss with respect to q, k and v,
 // given its gradient with respect to o. `forward` holds the forward's arguments exactly as the
 // forward was called (its semantics: mask, scale, dtype, ...), except that o and lse are now
-// read: lse is required (the backward recomputes the probabilities from it). So far fp16 and
-// bf16, head dims 1 to 256 (q/k's and v's may differ), causal or not, GQA/MQA, sliding windows,
-// softcap, ALiBi (no slope gradient), sinks, varlen and kv_lens (keys past a sequence's kv_lens get
-// dk = dv = 0; rows of dq that no varlen sequence covers are not written); anything else is refused
-// with UNSUPPORTED naming the argument (paged, kv_starts, fp32). With sinks, dsinks receives their
+// read: lse is required (the backward recomputes the probabilities from it). So far fp16, bf16
+// and fp32 (forward.fp32_math: exact 3xTF32 products or tf32), head dims 1 to 256 (q/k's and v's
+// may differ), causal or not, GQA/MQA, sliding windows, softcap, ALiBi (no slope gradient), sinks,
+// varlen and kv_lens (keys past a sequence's kv_lens get dk = dv = 0; rows of dq that no varlen
+// sequence covers are not written); anything else is refused with UNSUPPORTED naming the argument
+// (paged, kv_starts). With sinks, dsinks receives their
 // gradient (summed in a fixed order: the same bits run to run).
 struct BackwardArgs {
   AttentionArgs forward;        // forward.workspace must be empty: the backward's is below

@@ -38,6 +38,14 @@ constexpr int kMaxStages = 2;    // the next Q block in flight under this one: d
 // 24/48 B; 32 x 128 at Dqk = 192, Dv = 128: 24-148 B; compile_bwd_check.py).
 const std::vector<int> kBlocks{64, 128};
 const std::vector<int> kWideBlocks{32, 64};
+// fp32 (exact or tf32) at every head dim: every tile holds fp32, P and dS included, so a tile's
+// shared memory doubles; 64 x 64 at D = 64 takes 145 KB with two stages, 32 x 32 at D = 256 142
+// KB with one (sm_80's 163 KB), and no 128 fits with two.
+const std::vector<int> kFp32Blocks{32, 64};
+// fp32's defaults, the first that fits and splits: the largest blocks first, two stages before
+// one; 64 x 64 on 4 warps where 8 cannot split the head dim (an odd count of 16-column steps),
+// 32 x 64 and 32 x 32 where 64 x 64 does not fit (D = 128 on sm_80, the wide ones).
+const int kFp32Preferred[][3] = {{64, 64, 8}, {64, 64, 4}, {32, 64, 8}, {32, 32, 4}};
 constexpr int kPriority = 100;   // the only backward family so far
 constexpr int kThreadsPerWarp = 32;
 // fp32 accumulators a thread holds at the main kernel's peak: dK and dV (for the whole loop)
@@ -50,19 +58,29 @@ constexpr int kMaxAccumulators = 192;
 // and their per-element work or per-sequence bounds need the room. 128x128 on 8 warps at D = 64
 // (128 of them) spills 8-88 bytes with varlen or kv_lens alone (compile_bwd_check.py, sm_90a).
 constexpr int kMaxScoreRegistersWithEdits = 64;
+// fp32: the phase's tile (S and dP, or dQ) at most this many fp32 registers a thread. Its
+// fragments are twice 16-bit's (exact: four times), and 64 x 32 on 4 warps at padded head dims
+// 160-192 (80-96 of them) spilled 8-304 B with every feature on (compile_bwd_check.py).
+constexpr int kMaxPhaseRegistersFp32 = 64;
 // The least shared memory: one warp, 16 rows and 16 keys, one stage.
 const Tiling kSmallest(kKnobs, {kMmaSide, kMmaSide, 1, 1});
 
 fj_layout::BwdLayout layout_of(const Semantics& s, const Tiling& t) {
-  return fj_layout::bwd_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN], t[kWarps], t[kStages]);
+  return fj_layout::bwd_layout(int(dtype_size(s.dtype)), s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN], t[kWarps],
+                               t[kStages]);
 }
 
 int threads(const Tiling& t) { return t[kWarps] * kThreadsPerWarp; }
 
-int accumulators(const Semantics& s, const Tiling& t) {
+// The phase's tile (S and dP, or dQ, whichever is larger), in fp32 registers a thread.
+int phase_registers(const Semantics& s, const Tiling& t) {
   const fj_layout::BwdLayout l = layout_of(s, t);  // padded head dims: what the mma tiles hold
-  const int phase = std::max(2 * t[kBlockM] * t[kBlockN], t[kBlockM] * l.dqk);  // S and dP, or dQ
-  return (t[kBlockN] * (l.dqk + l.dv) + phase) / threads(t);
+  return std::max(2 * t[kBlockM] * t[kBlockN], t[kBlockM] * l.dqk) / threads(t);
+}
+
+int accumulators(const Semantics& s, const Tiling& t) {
+  const fj_layout::BwdLayout l = layout_of(s, t);
+  return t[kBlockN] * (l.dqk + l.dv) / threads(t) + phase_registers(s, t);
 }
 
 // The S and dP tiles of phase 1, in fp32 registers a thread.
@@ -103,8 +121,6 @@ class BwdSm80 final : public KernelFamilyBase {
   // Each reason names the argument that asks for what the first cut lacks.
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     if (arch.major < 8) return kNeedsSm80;
-    if (s.dtype != DType::f16 && s.dtype != DType::bf16)
-      return "q.dtype: the backward takes f16 or bf16 so far (fp32 needs its tf32 fragment path)";
     // Head dims: every pair the forward takes (1 to 256 each, checked before any family sees them).
     if (s.kv_starts) return "kv_starts: the backward does not take per-sequence key starts (cache_leftpad)";
     if (s.paged) return "paged: the backward does not read page pools (no training through a KV cache)";
@@ -146,7 +162,10 @@ class BwdSm80 final : public KernelFamilyBase {
   // Dqk = 192 with Dv = 128) take 64x64 on 8 warps (217 KB at D = 256 with two stages: sm_90;
   // 150.5 KB with one: sm_80), else for 99 KB 64x32 on 8 warps (FA2's sm_86 shape at 256, with V
   // in registers; here it fits 192 and 192/128), 64x32 on 4 warps (D = 160: 8 warps cannot split
-  // 32 keys x 160), 32x32 on 4 warps (D = 256: 71 KB).
+  // 32 keys x 160), 32x32 on 4 warps (D = 256: 71 KB). fp32 walks kFp32Preferred: D = 64 takes
+  // 64x64 on 8 warps with two stages (145 KB), D = 128 64x64 with one on sm_90 (172 KB) and 32x64
+  // with two on sm_80 (154 KB), D = 256 32x64 on 8 warps on sm_90 (216 KB) and 32x32 on 4 on
+  // sm_80 (142 KB), one stage each.
   // Two stages before one (the next Q block's copies under this one's products), else the first
   // candidate that fits, else the smallest.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
@@ -154,7 +173,9 @@ class BwdSm80 final : public KernelFamilyBase {
     auto prefer = [&](int bm, int bn, int w) {
       for (int stages : {2, 1}) preferred.push_back(Tiling(kKnobs, {bm, bn, w, stages}));
     };
-    if (fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v)) {
+    if (s.dtype == DType::f32) {
+      for (const auto& t : kFp32Preferred) prefer(t[0], t[1], t[2]);
+    } else if (fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v)) {
       prefer(64, 64, 8);
       prefer(64, 32, 8);
       prefer(64, 32, 4);
@@ -174,7 +195,9 @@ class BwdSm80 final : public KernelFamilyBase {
   }
 
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
-    const std::vector<int>& blocks = fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v) ? kWideBlocks : kBlocks;
+    const std::vector<int>& blocks = s.dtype == DType::f32                            ? kFp32Blocks
+                                     : fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v) ? kWideBlocks
+                                                                                        : kBlocks;
     std::vector<Tiling> out;
     for (int bm : blocks)
       for (int bn : blocks)
@@ -193,7 +216,8 @@ class BwdSm80 final : public KernelFamilyBase {
   bool fits(const Arch& arch, const Semantics& s, const Tiling& t) const {
     const bool score_edits = s.window || s.softcap || s.alibi || s.varlen || s.kv_lens;
     return check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
-           accumulators(s, t) <= kMaxAccumulators && !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits);
+           accumulators(s, t) <= kMaxAccumulators && !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits) &&
+           !(s.dtype == DType::f32 && phase_registers(s, t) > kMaxPhaseRegistersFp32);
   }
 
  public:

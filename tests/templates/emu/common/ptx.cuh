@@ -91,6 +91,54 @@ inline void st_shared_b32(unsigned addr, unsigned v) {
   std::memcpy(smem_raw + addr, &v, 4);
 }
 
+// The fp32 fragments' shared loads and stores (kWords 4-byte words a lane), warp-collective here
+// so that each also checks what the kernels' row padding is for: no bank conflicts. 32 banks of
+// a word; a 64-bit access is served a half-warp at a time, so its conflicts count within halves.
+constexpr int kEmuBanks = 32;
+inline void check_shared(unsigned addr, int words, const char* what) {
+  if (addr % (4u * unsigned(words)) || addr + 4u * unsigned(words) > kEmuSmemBytes) {
+    std::fprintf(stderr, "emu: %s misaligned or outside shared memory\n", what);
+    std::abort();
+  }
+  emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
+  w.in[emu::this_lane()][0] = addr;
+  w.in[emu::this_lane()][1] = unsigned(words);
+  emu::warp_barrier([what](emu::Runtime::Warp& w) {
+    const int group = w.in[0][1] == 1 ? 32 : 16;  // lanes served together
+    for (int l0 = 0; l0 < 32; l0 += group) {
+      long long word_in_bank[kEmuBanks];
+      for (long long& x : word_in_bank) x = -1;
+      for (int l = l0; l < l0 + group; ++l)
+        for (unsigned i = 0; i < w.in[l][1]; ++i) {
+          const long long word = w.in[l][0] / 4 + i;
+          long long& seen = word_in_bank[word % kEmuBanks];
+          if (seen >= 0 && seen != word) {
+            std::fprintf(stderr, "emu: %s: shared-memory bank conflict (lane %d, word %lld, bank %lld)\n", what, l, word,
+                         word % kEmuBanks);
+            std::abort();
+          }
+          seen = word;
+        }
+    }
+  });
+}
+inline float ld_shared_f32(unsigned addr) {
+  check_shared(addr, 1, "ld.shared.f32");
+  float x;
+  std::memcpy(&x, smem_raw + addr, 4);
+  return x;
+}
+inline void ld_shared_v2_f32(float& x, float& y, unsigned addr) {
+  check_shared(addr, 2, "ld.shared.v2.f32");
+  std::memcpy(&x, smem_raw + addr, 4);
+  std::memcpy(&y, smem_raw + addr + 4, 4);
+}
+inline void st_shared_v2_f32(unsigned addr, float x, float y) {
+  check_shared(addr, 2, "st.shared.v2.f32");
+  std::memcpy(smem_raw + addr, &x, 4);
+  std::memcpy(smem_raw + addr + 4, &y, 4);
+}
+
 // mma.m16n8k16.row.col, fp32 accumulators: lane L = 4g + t holds A rows g, g+8 (k 2t, 2t+1 in
 // a0/a1, k 2t+8, 2t+9 in a2/a3), B column g (k 2t, 2t+1 in b0, 2t+8, 2t+9 in b1), C/D rows g, g+8
 // and columns 2t, 2t+1.
@@ -133,9 +181,45 @@ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsign
 }
 inline void mma_f16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_16816(d, a, b0, b1, false); }
 inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_16816(d, a, b0, b1, true); }
-inline void mma_tf32_1688(float (&)[4], const unsigned (&)[4], unsigned, unsigned) {
-  std::fprintf(stderr, "emu: tf32 mma is not emulated\n");
-  std::abort();
+// mma.m16n8k8.row.col.f32.tf32.tf32.f32: lane L = 4g + t holds A (g, t), (g + 8, t), (g, t + 4),
+// (g + 8, t + 4) in a0..a3, B (k t, column g), (k t + 4, column g) in b0, b1, C/D as m16n8k16.
+// Every operand must be a tf32 (to_tf32's result: the low 13 bits zero), which the kernels'
+// splits guarantee; the products of two tf32 are exact in fp32, summed in fp32.
+constexpr unsigned kTf32DroppedBits = 0x1fffu;  // the fp32 mantissa bits tf32 lacks
+inline void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
+  const int lane = emu::this_lane();
+  for (int i = 0; i < 4; ++i) w.in[lane][i] = a[i], w.fin[lane][i] = d[i];
+  w.in[lane][4] = b0, w.in[lane][5] = b1;
+  emu::warp_barrier([](emu::Runtime::Warp& w) {
+    auto val = [](unsigned reg) {
+      if (reg & kTf32DroppedBits) {
+        std::fprintf(stderr, "emu: tf32 mma operand 0x%08x is not a tf32 (low mantissa bits set)\n", reg);
+        std::abort();
+      }
+      float f;
+      std::memcpy(&f, &reg, 4);
+      return f;
+    };
+    float A[16][8], B[8][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      A[g][t] = val(w.in[l][0]), A[g + 8][t] = val(w.in[l][1]);
+      A[g][t + 4] = val(w.in[l][2]), A[g + 8][t + 4] = val(w.in[l][3]);
+      B[t][g] = val(w.in[l][4]), B[t + 4][g] = val(w.in[l][5]);
+      for (int e = 0; e < 2; ++e) C[g][2 * t + e] = w.fin[l][e], C[g + 8][2 * t + e] = w.fin[l][2 + e];
+    }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + (i / 2) * 8, col = 2 * t + (i & 1);
+        float acc = C[row][col];
+        for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
+        w.fout[l][i] = acc;
+      }
+    }
+  });
+  for (int i = 0; i < 4; ++i) d[i] = w.fout[lane][i];
 }
 
 inline unsigned pack_f16x2(float lo, float hi) { return unsigned(flashjit::float_to_f16(lo)) | unsigned(flashjit::float_to_f16(hi)) << 16; }
@@ -146,9 +230,15 @@ inline float f16_to_f32(unsigned short h) { return flashjit::f16_to_float(h); }
 inline float bf16_to_f32(unsigned short h) { return flashjit::bf16_to_float(h); }
 inline unsigned short f32_to_f16(float f) { return flashjit::float_to_f16(f); }
 inline unsigned short f32_to_bf16(float f) { return flashjit::float_to_bf16(f); }
-inline unsigned to_tf32(float) {
-  std::fprintf(stderr, "emu: tf32 is not emulated\n");
-  std::abort();
+// cvt.rna.tf32.f32: x rounded to 10 mantissa bits, ties away from zero (on the magnitude's bits,
+// so a carry into the exponent rounds up to the next binade or to infinity); NaN and infinity
+// pass through.
+inline unsigned to_tf32(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;
+  constexpr std::uint32_t kHalf = (kTf32DroppedBits + 1) / 2;  // half a tf32 unit in the last place
+  return (u + kHalf) & ~kTf32DroppedBits;
 }
 
 inline void red_add_v4(float* p, float a, float b, float c, float d) {
