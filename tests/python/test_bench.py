@@ -28,3 +28,12 @@ def test_plot_writes_one_panel_per_head_dim(tmp_path):
     path = tmp_path / "plot.png"
     bench.plot(cells, str(path), "made-up cells")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_dtype_choice_has_a_torch_type_and_an_agreement_bound(capsys):
+    assert set(bench.DTYPES) == set(bench.AGREEMENT) == {"bf16", "fp16", "fp32"}
+    assert bench.AGREEMENT["fp32"] < bench.AGREEMENT["bf16"]  # exact fp32 is held to far less than 16-bit
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--dtype", "fp64"])
+    assert e.value.code == 2
+    assert "--dtype" in capsys.readouterr().err
