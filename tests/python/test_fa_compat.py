@@ -297,12 +297,14 @@ def synthetic_fa_file(functions):
 FORWARD_FA2 = ("test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output "
                "test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal "
                "test_flash_attn_splitkv test_flash_attn_kvcache test_flash_attn_race_condition").split()
-TRAIN_FA2 = ("test_flash_attn_qkvpacked test_flash_attn_output test_flash_attn_causal test_flash_attn_splitkv "
-             "test_flash_attn_race_condition test_flash_attn_bwd_overflow test_flash_attn_bwd_transpose "
-             "test_flash_attn_deterministic").split()
+TRAIN_FA2 = ("test_flash_attn_qkvpacked test_flash_attn_varlen_qkvpacked test_flash_attn_output "
+             "test_flash_attn_varlen_output test_flash_attn_causal test_flash_attn_varlen_causal "
+             "test_flash_attn_splitkv test_flash_attn_race_condition test_flash_attn_bwd_overflow "
+             "test_flash_attn_bwd_transpose test_flash_attn_bwd_varlen_overflow test_flash_attn_deterministic "
+             "test_flash_attn_varlen_deterministic").split()
 FORWARD_FA3 = "test_flash_attn_output test_flash_attn_varlen_output test_flash_attn_kvcache " \
               "test_flash_attn_race_condition".split()
-TRAIN_FA3 = ["test_flash_attn_output", "test_flash_attn_race_condition"]
+TRAIN_FA3 = ["test_flash_attn_output", "test_flash_attn_varlen_output", "test_flash_attn_race_condition"]
 
 
 def run_runner(tmp_path, mode):
@@ -322,7 +324,7 @@ def run_runner(tmp_path, mode):
 
 @pytest.mark.parametrize("mode, fa2, fa3", [("train", TRAIN_FA2, TRAIN_FA3), ("forward", FORWARD_FA2, FORWARD_FA3)])
 def test_runner_modes_collect_their_functions(tmp_path, mode, fa2, fa3):
-    """COLLECT_ONLY=1 (no GPU): train collects FA2's dense gradient-taking functions and FA3's, from
+    """COLLECT_ONLY=1 (no GPU): train collects every gradient-taking function of FA2 and FA3, from
     the file as written; forward collects the forward functions from a forward-only copy."""
     import json
     proc, out = run_runner(tmp_path, mode)
