@@ -28,17 +28,15 @@ constexpr unsigned kFloatBytes = 4;
 FJ_DEVICE sm80::Tf32Pair split_of(float x) { return Mma32::split_tf32(x); }
 
 // Whether exact mode sums each k8 step's three products from zero and adds them to the
-// accumulator in fp32: tensor-core accumulation truncates, and dK and dV carry their sums over
-// every Q block (the forward's gemm_pv32 measured the bias at 3e-5 over 4096 keys). ptxas keeps
-// a step tile live per tile of a product, so only beside at most kFreshStepAccumulators of dK,
-// dV and the phase's tile a thread: past it (4 warps at D 64-128, every wide tiling) they
-// spilled 88-1900 B with every feature on (compile_bwd_check.py, first cut); there the
-// accumulators take the products directly, as tf32 mode's do.
-constexpr int kFreshStepAccumulators = 96;
+// accumulator in fp32 (layout.cuh's kBwdFp32FreshStepAccumulators says why and where): the
+// forward's gemm_pv32 measured the truncation's bias at 3e-5 over 4096 keys, and without fresh
+// steps dK and dV drift by 1e-5 at 1K keys, 3e-5 at 4K and 1.2e-4 at 16K (H100,
+// bench/fp32_accuracy.py; 1e-6 with them). Past the bound the accumulators take the products
+// directly, as tf32 mode's do.
 constexpr int kThreadAccumulators =
     kDkvMTiles * (kDkColsWarp + kDvColsWarp) / 8 * 4 +
     (2 * kSdpMTiles * kSdpNTiles > kDqMTiles * kDqNTiles ? 2 * kSdpMTiles * kSdpNTiles : kDqMTiles * kDqNTiles) * 4;
-constexpr bool kFreshSteps = !kTf32 && kThreadAccumulators <= kFreshStepAccumulators;
+constexpr bool kFreshSteps = !kTf32 && kThreadAccumulators <= fj_layout::kBwdFp32FreshStepAccumulators;
 
 // d += a.b for one m16n8 tile.
 FJ_DEVICE void mma_step(float (&d)[4], const sm80::Tf32Pair (&a)[4], sm80::Tf32Pair b0, sm80::Tf32Pair b1) {

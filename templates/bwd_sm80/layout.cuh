@@ -21,6 +21,12 @@ constexpr int kBwdRowPad16 = 8;
 // fragment reads need: 64-bit reads of 4 rows x 2 words a half-warp (plain) and scalar reads of
 // 4 rows x 8 words (transposed) each land in 32 distinct banks, and so do C-layout stores.
 constexpr int kBwdRowPad32 = 8;
+// fp32 exact mode sums each k8 step's three tf32 products from zero and adds them in fp32 (fresh
+// steps: tensor-core accumulation truncates, and dK, dV carry their sums over every Q block) only
+// where dK, dV and the phase's tile hold at most this many accumulators a thread: ptxas keeps a
+// step tile live per tile of a product, and past it they spilled 88-1900 B with every feature on
+// (compile_bwd_check.py). The host keeps exact fp32's tilings under it where its defaults are.
+constexpr int kBwdFp32FreshStepAccumulators = 96;
 // Every warp tile side is a whole number of 16-row / 16-column mma steps (an m16 tile, a k16
 // step, or a pair of n8 tiles one ldmatrix.x4 fills).
 constexpr int kBwdMmaSide = 16;

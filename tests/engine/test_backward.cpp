@@ -366,6 +366,17 @@ TEST_CASE("backward: fp32 (exact and tf32) plans bwd_sm80 with fp32 tiles that f
   const auto wide = bwd().candidate_tilings(sm90, sem(192));
   CHECK(std::find(wide.begin(), wide.end(), tiling(64, 32, 4)) == wide.end());
   CHECK(std::find(wide.begin(), wide.end(), tiling(32, 32, 4)) != wide.end());
+  // Exact mode keeps its fresh k8 steps at every tiling where its defaults have them: the 4-warp
+  // tilings, faster but 100x less exact at 16K keys, are tf32's and the odd widths' only.
+  auto has = [](const std::vector<Tiling>& ts, const Tiling& t) { return std::find(ts.begin(), ts.end(), t) != ts.end(); };
+  for (const Arch& a : {sm80, sm90}) {
+    INFO(a.name());
+    CHECK(!has(bwd().candidate_tilings(a, d64), tiling(64, 64, 4, 1)));
+    CHECK(has(bwd().candidate_tilings(a, sem(64, Fp32Math::tf32)), tiling(64, 64, 4, 1)));
+    CHECK(!has(bwd().candidate_tilings(a, d128), tiling(32, 64, 4, 2)));
+    CHECK(has(bwd().candidate_tilings(a, d128t), tiling(32, 64, 4, 2)));
+    CHECK(has(bwd().candidate_tilings(a, sem(80)), tiling(64, 64, 4, 1)));  // 5 steps: 8 warps cannot split it
+  }
   // Every padded width has candidates on sm_80 and sm_90a, the default among them, each fitting.
   for (const Arch& a : {sm80, sm90})
     for (int d = 16; d <= 256; d += 16) {

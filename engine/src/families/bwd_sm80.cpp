@@ -86,6 +86,18 @@ int accumulators(const Semantics& s, const Tiling& t) {
 // The S and dP tiles of phase 1, in fp32 registers a thread.
 int score_registers(const Tiling& t) { return 2 * t[kBlockM] * t[kBlockN] / threads(t); }
 
+// Exact fp32 where its defaults take fresh k8 steps (gemm_fp32.cuh): head dims up to 128 that 8
+// warps can split (an even count of 16-column steps each). There every tiling must keep them: a
+// faster one without (4 warps) drifts 100x further from float64 at 16K keys (bench/NOTES.md
+// entry 34), and tuning may change speed, never accuracy. Odd widths and wide pairs have no
+// tiling with fresh steps.
+bool exact_keeps_fresh_steps(const Semantics& s) {
+  if (s.dtype != DType::f32 || s.fp32_math != Fp32Math::exact || fj_layout::bwd_wide(s.head_dim_qk, s.head_dim_v))
+    return false;
+  const fj_layout::BwdLayout l = layout_of(s, kSmallest);
+  return l.dqk / kMmaSide % 2 == 0 && l.dv / kMmaSide % 2 == 0;
+}
+
 int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).smem_bytes; }
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
@@ -217,7 +229,8 @@ class BwdSm80 final : public KernelFamilyBase {
     const bool score_edits = s.window || s.softcap || s.alibi || s.varlen || s.kv_lens;
     return check_tiling(s, t).ok() && smem_bytes(s, t) <= arch_smem_limit(arch) &&
            accumulators(s, t) <= kMaxAccumulators && !(score_edits && score_registers(t) > kMaxScoreRegistersWithEdits) &&
-           !(s.dtype == DType::f32 && phase_registers(s, t) > kMaxPhaseRegistersFp32);
+           !(s.dtype == DType::f32 && phase_registers(s, t) > kMaxPhaseRegistersFp32) &&
+           !(exact_keeps_fresh_steps(s) && accumulators(s, t) > fj_layout::kBwdFp32FreshStepAccumulators);
   }
 
  public:
