@@ -68,6 +68,22 @@ def grads(fn, q, k, v, dout, causal):
     return out.detach(), [t.grad for t in leaves]
 
 
+def expanded_math_attention(group):
+    """math_attention with each key/value head repeated for its `group` query heads (GQA's
+    meaning; autograd sums the expanded gradients back)."""
+    def expanded(q, k, v, causal):
+        return math_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2), causal)
+    return expanded
+
+
+def flashjit_grads(q, k, v, dout, causal):
+    """flash_attn_func's output and gradients, with the forward's warning about a backward that
+    would raise made an error: these calls' backward must be served."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="flashjit: autograd records")  # "its backward will raise"
+        return grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, causal)
+
+
 CASES = [  # dtype, batch, seq_q, seq_k, heads, head_dim, causal
     (torch.float16, 2, 77, 77, 3, 64, False),
     (torch.float16, 2, 77, 77, 3, 64, True),
@@ -149,15 +165,8 @@ def test_gqa_gradients_match_float64_within_a_few_times_sdpas_error(dtype, b, sq
     q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
     k, v = (torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype) for _ in range(2))
     dout = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
-    group = hq // hkv
-
-    def expanded(q, k, v, causal):
-        return math_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2), causal)
-
-    want_out, want = grads(expanded, q.double(), k.double(), v.double(), dout.double(), True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="flashjit: autograd records")  # "its backward will raise"
-        out, got = grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, True)
+    want_out, want = grads(expanded_math_attention(hq // hkv), q.double(), k.double(), v.double(), dout.double(), True)
+    out, got = flashjit_grads(q, k, v, dout, True)
     _, ref = grads(sdpa, q, k, v, dout, True)
     assert got[1].shape == got[2].shape == (b, sk, hkv, d)
     check_gradients(dtype, out, got, ref, want_out, want)
@@ -196,15 +205,8 @@ def test_fp32_trains_with_exact_fp32_gradients(d, causal, hkv):
     q = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.float32)
     k, v = (torch.randn(2, 130, hkv, d, device="cuda", dtype=torch.float32) for _ in range(2))
     dout = torch.randn(2, 77, 4, d, device="cuda", dtype=torch.float32)
-    group = 4 // hkv
-
-    def expanded(q, k, v, causal):
-        return math_attention(q, k.repeat_interleave(group, 2), v.repeat_interleave(group, 2), causal)
-
-    _, want = grads(expanded, q.double(), k.double(), v.double(), dout.double(), causal)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message="flashjit: autograd records")  # "its backward will raise"
-        _, got = grads(lambda q, k, v, c: flash_attn_func(q, k, v, causal=c), q, k, v, dout, causal)
+    _, want = grads(expanded_math_attention(4 // hkv), q.double(), k.double(), v.double(), dout.double(), causal)
+    _, got = flashjit_grads(q, k, v, dout, causal)
     for g, w in zip(got, want):
         assert g.dtype == torch.float32
         assert rel_l2(g, w) < 1e-5  # the forward's exact-fp32 bound (tests/gpu/gpu_fixture.hpp)

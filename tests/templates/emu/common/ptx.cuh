@@ -142,6 +142,20 @@ inline void st_shared_v2_f32(unsigned addr, float x, float y) {
 // mma.m16n8k16.row.col, fp32 accumulators: lane L = 4g + t holds A rows g, g+8 (k 2t, 2t+1 in
 // a0/a1, k 2t+8, 2t+9 in a2/a3), B column g (k 2t, 2t+1 in b0, 2t+8, 2t+9 in b1), C/D rows g, g+8
 // and columns 2t, 2t+1.
+// D = C + A.B of an m16n8 tile into every lane's four D registers (lane L = 4g + t holds rows g
+// and g + 8, columns 2t and 2t + 1), for either k.
+template <int K>
+inline void mma_store_d(emu::Runtime::Warp& w, const float (&A)[16][K], const float (&B)[K][8], const float (&C)[16][8]) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + (i / 2) * 8, col = 2 * t + (i & 1);
+      float acc = C[row][col];
+      for (int k = 0; k < K; ++k) acc += A[row][k] * B[k][col];
+      w.fout[l][i] = acc;
+    }
+  }
+}
 inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1, bool bf16) {
   emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
   const int lane = emu::this_lane();
@@ -167,15 +181,7 @@ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsign
         C[g + 8][2 * t + e] = w.fin[l][2 + e];
       }
     }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      for (int i = 0; i < 4; ++i) {
-        const int row = g + (i / 2) * 8, col = 2 * t + (i & 1);
-        float acc = C[row][col];
-        for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
-        w.fout[l][i] = acc;
-      }
-    }
+    mma_store_d(w, A, B, C);
   });
   for (int i = 0; i < 4; ++i) d[i] = w.fout[lane][i];
 }
@@ -209,15 +215,7 @@ inline void mma_tf32_1688(float (&d)[4], const unsigned (&a)[4], unsigned b0, un
       B[t][g] = val(w.in[l][4]), B[t + 4][g] = val(w.in[l][5]);
       for (int e = 0; e < 2; ++e) C[g][2 * t + e] = w.fin[l][e], C[g + 8][2 * t + e] = w.fin[l][2 + e];
     }
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      for (int i = 0; i < 4; ++i) {
-        const int row = g + (i / 2) * 8, col = 2 * t + (i & 1);
-        float acc = C[row][col];
-        for (int k = 0; k < 8; ++k) acc += A[row][k] * B[k][col];
-        w.fout[l][i] = acc;
-      }
-    }
+    mma_store_d(w, A, B, C);
   });
   for (int i = 0; i < 4; ++i) d[i] = w.fout[lane][i];
 }
