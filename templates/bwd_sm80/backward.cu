@@ -38,21 +38,23 @@ namespace fj::bwd {
 
 // Writes a register tile (m16n8 C layout; rows row0 + mt*16 + g (+8), columns col0 + 2t (+1) of
 // every n8 tile) times x into a shared tile of the element type at shared-space address `tile`
-// (row stride kStride elements), a pair of elements a store (16-bit: rounded, packed in one word;
-// fp32: as they are, 8 bytes); 32-bit address arithmetic as gemm.cuh's.
-template <int kStride, int kMTiles, int kNTiles>
+// (row stride kStride elements; kSwizzle: a swizzled tile, row0 a multiple of 8), a pair of
+// elements a store (16-bit: rounded, packed in one word; fp32: as they are, 8 bytes); 32-bit
+// address arithmetic as gemm.cuh's.
+template <int kStride, bool kSwizzle, int kMTiles, int kNTiles>
 FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4], int row0, int col0, int lane,
                           float x = 1.f) {
   const Frag f{lane};
   constexpr unsigned kBytes = sizeof(Elem);
   const unsigned at = tile + (unsigned(row0 + f.g()) * kStride + col0 + 2 * f.t()) * kBytes;
+  const unsigned phase16 = unsigned(f.g()) << kSwizzleChunkShift;  // every row below is g plus a multiple of 8
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {
-        const unsigned to = at + ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes;
+        const unsigned to = shared_at<kSwizzle>(at, ((mt * 16 + h * 8) * kStride + nt * 8) * kBytes, phase16);
         if constexpr (k16Bit)
           st_shared_b32(to, Mma16::pack16(acc[mt][nt][2 * h] * x, acc[mt][nt][2 * h + 1] * x));
         else
@@ -62,16 +64,17 @@ FJ_DEVICE void stage_tile(unsigned tile, const float (&acc)[kMTiles][kNTiles][4]
 
 // A Q block's tile of Q or dO (kBlockM rows): load_tile_async's unrolled copy where each thread
 // keeps one column (no per-access offsets), else the rolled one (common/tile_io.cuh says why).
-template <int kCols, int kSmemStride>
+template <int kCols, int kSmemStride, bool kSwizzle>
 FJ_DEVICE void load_q_rows(Elem* smem, const Elem* gmem, long long row_stride, long long col_stride, int rows_valid,
                            int tid) {
   // (An unpredicated copy for whole Q blocks, branching on rows_valid, measured 1-4% slower on
   // an H200 at S = 4K: bench/NOTES.md entry 30.)
   if constexpr (kThreads % (kCols / kVec) == 0)
-    load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride, rows_valid, tid);
+    load_tile_async<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads, kSwizzle>(smem, gmem, row_stride, col_stride,
+                                                                                 rows_valid, tid);
   else
-    load_tile_async_rolled<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads>(smem, gmem, row_stride, col_stride,
-                                                                              rows_valid, tid);
+    load_tile_async_rolled<Elem, kBlockM, kCols, kSmemStride, kVec, kThreads, kSwizzle>(smem, gmem, row_stride,
+                                                                                        col_stride, rows_valid, tid);
 }
 
 // One stage's buffers: a Q block's Q and dO tiles (as pointers for the copies, as shared-space
@@ -105,9 +108,9 @@ FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, c
                             int tid) {
   const FjAttentionParams& f = p.fwd;
   const int rows_q = seq.len_q - m0;
-  load_q_rows<kHeadDimQK, kStrideQK>(dst.q, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head),
+  load_q_rows<kHeadDimQK, kStrideQK, kSwizzleQK>(dst.q, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head),
                                      f.q_stride[1], f.q_stride[3], rows_q, tid);
-  load_q_rows<kHeadDimV, kStrideV>(dst.dout,
+  load_q_rows<kHeadDimV, kStrideV, kSwizzleV>(dst.dout,
                                    row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
                                    p.dout_stride[1], p.dout_stride[3], rows_q, tid);
   for (int r = tid; r < kBlockM; r += kThreads) {
@@ -138,7 +141,9 @@ extern "C" __global__ void __launch_bounds__(fj::bwd::kThreads)
 flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   using namespace fj;
   using namespace fj::bwd;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // 128-byte aligned: the swizzle (layout.cuh) works on shared addresses, and every region starts
+  // at a multiple of 128 bytes from here.
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   Elem* sK = reinterpret_cast<Elem*>(smem_raw + kLayout.k);
   Elem* sV = reinterpret_cast<Elem*>(smem_raw + kLayout.v);
   // The products' operands and the P/dS stores by shared-space address (gemm.cuh says why).
@@ -169,19 +174,19 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int first_m = walk.first, end_m = walk.end;
 
   // The head dims' padding columns, which the mma steps read but no copy writes: zeroed once.
-  zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads>(sK, tid);
-  zero_columns<Elem, kBlockN, kHeadDimV, kDV, kStrideV, kThreads>(sV, tid);
+  zero_columns<Elem, kBlockN, kHeadDimQK, kDQK, kStrideQK, kThreads, kSwizzleQK>(sK, tid);
+  zero_columns<Elem, kBlockN, kHeadDimV, kDV, kStrideV, kThreads, kSwizzleV>(sV, tid);
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
     const QBlockTiles t = stage_tiles(smem_raw, s);
-    zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads>(t.q, tid);
-    zero_columns<Elem, kBlockM, kHeadDimV, kDV, kStrideV, kThreads>(t.dout, tid);
+    zero_columns<Elem, kBlockM, kHeadDimQK, kDQK, kStrideQK, kThreads, kSwizzleQK>(t.q, tid);
+    zero_columns<Elem, kBlockM, kHeadDimV, kDV, kStrideV, kThreads, kSwizzleV>(t.dout, tid);
   }
 
   // K and V of this block stay for the whole CTA; keys past the sequence's end become zeros.
-  load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
+  load_tile_async<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads, kSwizzleQK>(
       sK, key_row<Elem>(f.k, f.k_stride, seq, kv_head, n0), f.k_stride[1], f.k_stride[3], seq.len_k - n0, tid);
-  load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
+  load_tile_async<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads, kSwizzleV>(
       sV, key_row<Elem>(f.v, f.v_stride, seq, kv_head, n0), f.v_stride[1], f.v_stride[3], seq.len_k - n0, tid);
 
   // One walk over (q-head of the group, Q block), q-heads outer: every q-head meets the same
@@ -221,11 +226,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     {
       float s[kSdpMTiles][kSdpNTiles][4];
       zero_tile(s);
-      warp_gemm<kSdpMTiles, kSdpNTiles, kDQK / 16, false, kStrideQK, false, kStrideQK>(
+      warp_gemm<kSdpMTiles, kSdpNTiles, kDQK / 16, false, kStrideQK, false, kStrideQK, kSwizzleQK, kSwizzleQK>(
           s, cur.q_at + sdp_row0 * kStrideQK * kB, sK_at + sdp_key0 * kStrideQK * kB, lane);
       float dp[kSdpMTiles][kSdpNTiles][4];
       zero_tile(dp);
-      warp_gemm<kSdpMTiles, kSdpNTiles, kDV / 16, false, kStrideV, false, kStrideV>(
+      warp_gemm<kSdpMTiles, kSdpNTiles, kDV / 16, false, kStrideV, false, kStrideV, kSwizzleV, kSwizzleV>(
           dp, cur.dout_at + sdp_row0 * kStrideV * kB, sV_at + sdp_key0 * kStrideV * kB, lane);
       float lse[kSdpMTiles][2], dsum[kSdpMTiles][2];
 #pragma unroll
@@ -246,21 +251,21 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
         scores_to_grads<false>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
       // P and dS round to 16 bits here, as FA2's do, for the products that read them (fp32
       // inputs keep them fp32: the products' tf32 split is where they round, if anywhere).
-      stage_tile<kStridePS>(sP_at, s, sdp_row0, sdp_key0, lane);
-      stage_tile<kStridePS>(sdS_at, dp, sdp_row0, sdp_key0, lane);
+      stage_tile<kStridePS, false>(sP_at, s, sdp_row0, sdp_key0, lane);
+      stage_tile<kStridePS, false>(sdS_at, dp, sdp_row0, sdp_key0, lane);
     }
     __syncthreads();
 
     // ---- dV and dK for this warp's keys and columns, over the Q block's rows.
-    warp_gemm<kDkvMTiles, kDvColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideV>(
+    warp_gemm<kDkvMTiles, kDvColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideV, false, kSwizzleV>(
         dv, sP_at + dkv_key0 * kB, cur.dout_at + dv_col0 * kB, lane);
-    warp_gemm<kDkvMTiles, kDkColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideQK>(
+    warp_gemm<kDkvMTiles, kDkColsWarp / 8, kBlockM / 16, true, kStridePS, true, kStrideQK, false, kSwizzleQK>(
         dk, sdS_at + dkv_key0 * kB, cur.q_at + dk_col0 * kB, lane);
     // ---- dQ for this warp's rows and columns, over the CTA's keys, into the accumulator.
     {
       float dq[kDqMTiles][kDqNTiles][4];
       zero_tile(dq);
-      warp_gemm<kDqMTiles, kDqNTiles, kBlockN / 16, false, kStridePS, true, kStrideQK>(
+      warp_gemm<kDqMTiles, kDqNTiles, kBlockN / 16, false, kStridePS, true, kStrideQK, false, kSwizzleQK>(
           dq, sdS_at + dq_row0 * kStridePS * kB, sK_at + dq_col0 * kB, lane);
       if constexpr (kDeterministic) {
         // Recomputed here, not kept from the start: registers live across the loop cost spills.
@@ -288,17 +293,17 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     if (turn_to_pass) pass_dq_turn(turn_to_pass, k_block, tid);
   }
   scale_tile(dk, p.scale);
-  stage_tile<kStrideQK>(sK_at, dk, dkv_key0, dk_col0, lane);
-  stage_tile<kStrideV>(sV_at, dv, dkv_key0, dv_col0, lane);
+  stage_tile<kStrideQK, kSwizzleQK>(sK_at, dk, dkv_key0, dk_col0, lane);
+  stage_tile<kStrideV, kSwizzleV>(sV_at, dv, dkv_key0, dv_col0, lane);
   __syncthreads();
   // cap_k read again here rather than kept from the start: live across the loop, it cost ptxas
   // spills at D = 128 with every feature on (first cut).
   const int rows_k = min(kBlockN, sequence_of(f, blockIdx.z).cap_k - n0);
   if (rows_k <= 0) return;
-  store_tile<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads>(
+  store_tile<Elem, kBlockN, kHeadDimQK, kStrideQK, kVec, kThreads, kSwizzleQK>(
       row_at(static_cast<Elem*>(p.dk), p.dk_stride, seq.batch, seq.k_start + n0, kv_head), p.dk_stride[1],
       p.dk_stride[3], sK, rows_k, tid);
-  store_tile<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads>(
+  store_tile<Elem, kBlockN, kHeadDimV, kStrideV, kVec, kThreads, kSwizzleV>(
       row_at(static_cast<Elem*>(p.dv), p.dv_stride, seq.batch, seq.k_start + n0, kv_head), p.dv_stride[1],
       p.dv_stride[3], sV, rows_k, tid);
 }

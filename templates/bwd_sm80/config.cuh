@@ -28,6 +28,9 @@ constexpr int kDV = kLayout.dv;
 constexpr int kStrideQK = kLayout.stride_qk;
 constexpr int kStrideV = kLayout.stride_v;
 constexpr int kStridePS = kLayout.stride_ps;
+constexpr int kStrideConvert = kLayout.stride_convert;
+constexpr bool kSwizzleQK = kLayout.swizzle_qk;  // Q and K tiles: common/smem_swizzle.cuh
+constexpr bool kSwizzleV = kLayout.swizzle_v;    // V and dO tiles
 static_assert(kLayout.sdp_warps_m && kLayout.dkv_warps_n && kLayout.dq_warps_m,
               "the warps must split every product into warp tiles of whole 16 x 16 steps (the host checks this)");
 

@@ -21,7 +21,7 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
   using namespace fj;
   using namespace fj::bwd;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  Elem* tile = reinterpret_cast<Elem*>(smem_raw);  // [kBlockM][kStrideQK]: kLayout.convert_smem_bytes
+  Elem* tile = reinterpret_cast<Elem*>(smem_raw);  // [kBlockM][kStrideConvert]: kLayout.convert_smem_bytes
   const FjAttentionParams& f = p.fwd;
   const int tid = threadIdx.x;
   const int m0 = blockIdx.x * kBlockM;
@@ -53,12 +53,12 @@ flashjit_bwd_convert(const __grid_constant__ FjBackwardParams p) {
         for (int i = 0; i < kDqTileFloats; ++i) x[i] = accum[dq_slot(mt * kDqNTiles + nt, i, tid)];
       }
 #pragma unroll
-      for (int i = 0; i < kDqTileFloats; ++i) tile[dq_row(mt, i, tid) * kStrideQK + dq_col(nt, i, tid)] = from_float(x[i]);
+      for (int i = 0; i < kDqTileFloats; ++i) tile[dq_row(mt, i, tid) * kStrideConvert + dq_col(nt, i, tid)] = from_float(x[i]);
     }
   __syncthreads();
   const int rows = min(kBlockM, seq.len_q - m0);
   if (rows <= 0) return;
-  store_tile<Elem, kBlockM, kHeadDimQK, kStrideQK, kVec, kThreads>(
+  store_tile<Elem, kBlockM, kHeadDimQK, kStrideConvert, kVec, kThreads>(
       row_at(static_cast<Elem*>(p.dq), p.dq_stride, seq.batch, seq.q_start + m0, head), p.dq_stride[1], p.dq_stride[3],
       tile, rows, tid);
 }

@@ -18,6 +18,7 @@
 
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/gemm_fp32.cuh"
+#include "common/smem_swizzle.cuh"
 #include "common/warp_gemm_sm80.cuh"
 
 namespace fj::bwd {
@@ -28,12 +29,15 @@ using sm80::Frag;
 using Mma16 = sm80::WarpGemm<Elem, kDtype, kTf32, 1, 2, 2, 16, 8, 8>;
 
 // a and b: shared-space addresses (common/ptx.cuh's smem_addr, in bytes) of the warp tile's
-// first m row / k row and first n column / k row as stored. All address arithmetic stays in 32
-// bits, so each load's offset is the lane's (computed once) plus a constant ptxas folds into the
-// instruction.
-template <int kMTiles, int kNTiles, int kSteps, bool kATrans, int kStrideA, bool kBTrans, int kStrideB>
+// first m row / k row and first n column / k row as stored (kASwizzled, kBSwizzled: in a
+// swizzled tile, the logical address; its rows start at multiples of 8). All address arithmetic
+// stays in 32 bits, so each load's offset is the lane's (computed once) plus a constant ptxas
+// folds into the instruction (swizzled: plus one of a few lane values, common/smem_swizzle.cuh).
+template <int kMTiles, int kNTiles, int kSteps, bool kATrans, int kStrideA, bool kBTrans, int kStrideB,
+          bool kASwizzled = false, bool kBSwizzled = false>
 FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], unsigned a, unsigned b, int lane) {
   if constexpr (!k16Bit) {
+    static_assert(!kASwizzled && !kBSwizzled, "fp32 tiles are padded (layout.cuh)");
     warp_gemm_fp32<kMTiles, kNTiles, kSteps, kATrans, kStrideA, kBTrans, kStrideB>(c, a, b);
     return;
   }
@@ -50,23 +54,26 @@ FJ_DEVICE void warp_gemm(float (&c)[kMTiles][kNTiles][4], unsigned a, unsigned b
   const unsigned lane_b = kBTrans ? ((r8 + m1 * 8) * kStrideB + m2 * 8) * kBytes : ((r8 + m2 * 8) * kStrideB + m1 * 8) * kBytes;
   a += lane_a;
   b += lane_b;
+  // Every row an ldmatrix below reads is its lane's row (r8, or lane & 15) plus a multiple of 8,
+  // so all of them share the lane's swizzle phase.
+  const unsigned phase16 = r8 << kSwizzleChunkShift;
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
     unsigned af[kMTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       if constexpr (!kATrans)
-        ldmatrix_x4_at(af[mt], a + (mt * 16 * kStrideA + kk * 16) * kBytes);
+        ldmatrix_x4_at(af[mt], shared_at<kASwizzled>(a, (mt * 16 * kStrideA + kk * 16) * kBytes, phase16));
       else
-        ldmatrix_x4_trans_at(af[mt], a + (kk * 16 * kStrideA + mt * 16) * kBytes);
+        ldmatrix_x4_trans_at(af[mt], shared_at<kASwizzled>(a, (kk * 16 * kStrideA + mt * 16) * kBytes, phase16));
     }
 #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
       unsigned bf[4];
       if constexpr (!kBTrans)
-        ldmatrix_x4_at(bf, b + (np * 16 * kStrideB + kk * 16) * kBytes);
+        ldmatrix_x4_at(bf, shared_at<kBSwizzled>(b, (np * 16 * kStrideB + kk * 16) * kBytes, phase16));
       else
-        ldmatrix_x4_trans_at(bf, b + (kk * 16 * kStrideB + np * 16) * kBytes);
+        ldmatrix_x4_trans_at(bf, shared_at<kBSwizzled>(b, (kk * 16 * kStrideB + np * 16) * kBytes, phase16));
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         Mma16::mma16(c[mt][2 * np], af[mt], bf[0], bf[1]);

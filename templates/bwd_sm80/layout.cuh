@@ -16,6 +16,15 @@ constexpr int kBwdHeadDimAlign = 16;
 // one ldmatrix reads (plain or transposed) in distinct banks, and so the 8 rows of a C-layout
 // store of P or dS.
 constexpr int kBwdRowPad16 = 8;
+// 16-bit Q, dO, K and V tiles whose padded width is whole 128-byte groups are not padded but
+// XOR-swizzled (common/smem_swizzle.cuh): the same conflict-free ldmatrix reads, and cp.async
+// copies that write aligned 128-byte spans. Padded, those copies took 2.6x their ideal shared-
+// memory wavefronts (ncu, D 64 and 256) and the whole backward 3-5% longer (bench/NOTES.md
+// entry 35). P and dS, written from registers, keep their pad.
+constexpr int kBwdSwizzleBytes = 128;
+FJ_HOST_DEVICE constexpr bool bwd_swizzled(int elem_bytes, int padded_width) {
+  return elem_bytes == 2 && padded_width * elem_bytes % kBwdSwizzleBytes == 0;
+}
 // fp32 rows pad by 8 elements too (32 bytes), for another reason: every unpadded width is a
 // multiple of 16, so a row is 8 mod 16 words, the one stride both of bwd_sm80/gemm_fp32.cuh's
 // fragment reads need: 64-bit reads of 4 rows x 2 words a half-warp (plain) and scalar reads of
@@ -73,9 +82,12 @@ FJ_HOST_DEVICE constexpr int bwd_warps_along_rows(int warps, int rows, int cols,
 struct BwdLayout {
   int dqk;        // padded head dim of Q, K, dQ, dK (bwd_padded_head_dim)
   int dv;         // padded head dim of V, O, dO, dV
-  int stride_qk;  // shared row stride of the Q and K tiles, in elements
-  int stride_v;   // shared row stride of the V and dO tiles
-  int stride_ps;  // shared row stride of the P and dS tiles ([query row][key], in the element type)
+  bool swizzle_qk;  // the Q and K tiles are swizzled (bwd_swizzled), not padded
+  bool swizzle_v;   // the V and dO tiles likewise
+  int stride_qk;    // shared row stride of the Q and K tiles, in elements
+  int stride_v;     // shared row stride of the V and dO tiles
+  int stride_ps;    // shared row stride of the P and dS tiles ([query row][key], in the element type)
+  int stride_convert;  // convert's staging tile's row stride (padded: its stores are C-layout pairs)
   // Warps along the first dimension of each product (the rest go along the second):
   int sdp_warps_m;  // S = Q K^T and dP = dO V^T: along the Q block's rows (the rest along its keys)
   int dkv_warps_n;  // dV += P^T dO and dK += dS^T Q: along the keys (the rest along the head dim)
@@ -86,7 +98,7 @@ struct BwdLayout {
   int k, v, q, dout, p, ds, lse, dpsum;
   int q_stage, dout_stage, rows_stage;  // bytes from one stage's buffer to the next (Q, dO, LSE/D)
   int smem_bytes;
-  int convert_smem_bytes;  // convert's staging tile: a Q block of dQ in the element type, stride_qk a row
+  int convert_smem_bytes;  // convert's staging tile: a Q block of dQ in the element type, stride_convert a row
 };
 
 // `elem_bytes`: 2 (f16, bf16) or 4 (fp32: every tile, P and dS included, holds fp32); `warps`
@@ -99,9 +111,12 @@ FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int elem_bytes, int head_dim_qk, i
   BwdLayout l{};
   l.dqk = bwd_padded_head_dim(head_dim_qk, head_dim_v);
   l.dv = bwd_padded_head_dim(head_dim_v, head_dim_qk);
-  l.stride_qk = l.dqk + row_pad;
-  l.stride_v = l.dv + row_pad;
+  l.swizzle_qk = bwd_swizzled(elem_bytes, l.dqk);
+  l.swizzle_v = bwd_swizzled(elem_bytes, l.dv);
+  l.stride_qk = l.swizzle_qk ? l.dqk : l.dqk + row_pad;
+  l.stride_v = l.swizzle_v ? l.dv : l.dv + row_pad;
   l.stride_ps = block_n + row_pad;
+  l.stride_convert = l.dqk + row_pad;
   l.sdp_warps_m = bwd_warps_along_rows(warps, block_m, block_n);
   // dK and dV share the split (one loop of their products): both head dims must divide.
   l.dkv_warps_n = bwd_warps_along_rows(warps, block_n, l.dqk, l.dv);
@@ -118,7 +133,7 @@ FJ_HOST_DEVICE constexpr BwdLayout bwd_layout(int elem_bytes, int head_dim_qk, i
   l.lse = l.ds + block_m * l.stride_ps * elem_bytes;
   l.dpsum = l.lse + stages * l.rows_stage;
   l.smem_bytes = l.dpsum + stages * l.rows_stage;
-  l.convert_smem_bytes = block_m * l.stride_qk * elem_bytes;
+  l.convert_smem_bytes = block_m * l.stride_convert * elem_bytes;
   return l;
 }
 

@@ -88,6 +88,11 @@ def cases(quick):
         ("f16 d40 odd", sem("f16", 40, "causal"), (64, 64, 4, 2), 900, {}),
         ("bf16 d112", sem("bf16", 112, "none"), (64, 64, 4, 2), 900, {}),
         ("f16 d33 narrow copies", sem("f16", 33, "none"), (64, 64, 4, 1), 800, {}),
+        # Swizzled tiles (layout.cuh's bwd_swizzled) off the defaults' path: 4-byte copies, a copy
+        # whose row step (4 rows) moves the swizzle's phase, and pad columns zeroed inside a chunk.
+        ("bf16 d64 swizzled narrow copies", sem("bf16", 64, "none", vec=2), (64, 64, 4, 2), 800, {}),
+        ("bf16 d256 swizzled 32x32w4", sem("bf16", 256, "causal"), (32, 32, 4, 1), 800, {}),
+        ("f16 d60 swizzled pad columns", sem("f16", 60, "causal"), (64, 64, 4, 2), 800, {}),
         ("bf16 d64 varlen", sem("bf16", 64, "causal", varlen=True), (64, 128, 8, 2), 900,
          {"varlen_q": "0,70,5,33", "varlen_k": "40,90,0,33"}),
         ("f16 d128 kv_lens", sem("f16", 128, "none", kv_lens=True), (64, 128, 8, 2), 900, {"kv_lens": "100,3"}),

@@ -64,6 +64,22 @@ inline void ldmatrix_any(unsigned (&r)[4], const void* smem, bool trans) {
         std::abort();
       }
     const bool t = w.in[0][0];
+    // Each matrix's 8 rows are read in one pass: their 16-byte chunks must sit in 8 distinct
+    // groups of 4 banks (what the row pad, or the swizzle, is for).
+    constexpr long long kChunkBytes = 16, kChunkGroups = 8;
+    for (int j = 0; j < 4; ++j) {
+      unsigned seen = 0;
+      for (int l = 8 * j; l < 8 * j + 8; ++l) {
+        const long long chunk = (static_cast<const unsigned char*>(w.addr[l]) - smem_raw) / kChunkBytes;
+        const unsigned bit = 1u << (chunk % kChunkGroups);
+        if (seen & bit) {
+          std::fprintf(stderr, "emu: ldmatrix: shared-memory bank conflict (matrix %d, lane %d, chunk %lld)\n", j, l,
+                       chunk);
+          std::abort();
+        }
+        seen |= bit;
+      }
+    }
     for (int l = 0; l < 32; ++l)
       for (int j = 0; j < 4; ++j) {
         std::uint16_t lo, hi;
