@@ -78,7 +78,7 @@ FJ_DEVICE void load_q_rows(Elem* smem, const Elem* gmem, long long row_stride, l
 }
 
 // One stage's buffers: a Q block's Q and dO tiles (as pointers for the copies, as shared-space
-// addresses for the products), its rows' LSE (natural log, as the forward wrote it) and D.
+// addresses for the products), its rows' LSE (as P's exponent takes it) and D.
 struct QBlockTiles {
   Elem* q;
   Elem* dout;
@@ -100,10 +100,10 @@ FJ_DEVICE long long workspace_head(const FjBackwardParams& p, int z, int head) {
   return (static_cast<long long>(z) * p.fwd.heads_q + head) * p.seqlen_q_rounded;
 }
 
-constexpr int kFloatsPer16B = 4;  // D's copy: 16-byte cp.async chunks (the workspace rows are 64-byte aligned)
+constexpr int kFloatsPer16B = 4;  // LSE and D copies: 16-byte cp.async chunks (the workspace rows are 64-byte aligned)
 
 // Starts the copies of Q block m0 of q-head `head` into `dst`: rows past the sequence load as
-// zeros (their LSE as 0, which lse_log2_of reads as +inf by the row number).
+// zeros (Q, dO; preprocess gave their LSE +inf and their D 0).
 FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, const Sequence& seq, int head, int m0,
                             int tid) {
   const FjAttentionParams& f = p.fwd;
@@ -113,15 +113,12 @@ FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, c
   load_q_rows<kHeadDimV, kStrideV, kSwizzleV>(dst.dout,
                                    row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
                                    p.dout_stride[1], p.dout_stride[3], rows_q, tid);
-  for (int r = tid; r < kBlockM; r += kThreads) {
-    const bool inside = r < rows_q;
-    const float* src = f.lse + seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + m0 + r) * f.lse_stride[2];
-    cp_async<4>(dst.lse + r, inside ? src : f.lse, inside ? 4 : 0);
+  // preprocess wrote both for every workspace row.
+  const long long ws_row = workspace_head(p, blockIdx.z, head) + m0;
+  for (int c = tid; c < kBlockM / kFloatsPer16B; c += kThreads) {
+    cp_async<16>(dst.lse + c * kFloatsPer16B, p.lse_log2 + ws_row + c * kFloatsPer16B, 16);
+    cp_async<16>(dst.dsum + c * kFloatsPer16B, p.dpsum + ws_row + c * kFloatsPer16B, 16);
   }
-  // preprocess wrote D for every workspace row, 0 past the sequence.
-  const float* dsum = p.dpsum + workspace_head(p, blockIdx.z, head) + m0;
-  for (int c = tid; c < kBlockM / kFloatsPer16B; c += kThreads)
-    cp_async<16>(dst.dsum + c * kFloatsPer16B, dsum + c * kFloatsPer16B, 16);
 }
 
 // acc *= x over a whole register tile.
@@ -238,7 +235,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = sdp_row0 + mt * 16 + h * 8 + fr.g();
-          lse[mt][h] = lse_log2_of(cur.lse[r], m0 + r, seq);
+          lse[mt][h] = cur.lse[r];
           dsum[mt][h] = cur.dsum[r];
         }
       // Read here, not with the head: live across the products above, it cost ptxas a spill

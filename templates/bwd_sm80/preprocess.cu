@@ -1,6 +1,7 @@
 // bwd_sm80 preprocess: for every query row, D = rowsum(dO * O) in fp32 (the softmax's gradient
-// term: dS = P * (dP - D)), and the row's fp32 dQ accumulator zeroed, so the main kernel's
-// atomics start from zero. One CTA per (BLOCK_M query rows, query head, batch): the same Q
+// term: dS = P * (dP - D)), the forward's LSE as P's exponent takes it (score_grad.cuh's
+// exponent_lse), and the row's fp32 dQ accumulator zeroed, so the main kernel's atomics start
+// from zero. One CTA per (BLOCK_M query rows, query head, batch): the same Q
 // blocks the main kernel walks, so the workspace rows past seqlen_q up to the block's end get
 // D = 0 and a zeroed accumulator too.
 //
@@ -12,6 +13,7 @@
 #include "bwd_sm80/config.cuh"
 #include "bwd_sm80/dq_order.cuh"
 #include "bwd_sm80/elem.cuh"
+#include "bwd_sm80/score_grad.cuh"
 #include "common/sequence.cuh"
 #include "common/tile_io.cuh"
 
@@ -57,12 +59,13 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
     for (int lanes = kRowLanes / 2; lanes > 0; lanes /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
     if (sub == 0 && r < kBlockM) {
       p.dpsum[ws_row0 + r] = acc;
+      const float lse = row < seq.len_q
+                            ? f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]]
+                            : neg_inf();
+      p.lse_log2[ws_row0 + r] = exponent_lse(lse);
       if constexpr (kSinks) {
-        if (row < seq.len_q) {
-          const float lse = f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]];
-          // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
-          if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;
-        }
+        // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
+        if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;
       }
     }
   }

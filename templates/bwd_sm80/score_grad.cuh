@@ -32,16 +32,15 @@ FJ_DEVICE float transform_with_grad(float& x, int row, int col, int offset, cons
   return factor;
 }
 
-// A row's LSE as the exponent wants it: in log2 units, and +inf (P = 0 for every key) for a row
-// past the sequence's end or one that saw no key (the forward wrote -inf: its P would be
-// exp2(-inf + inf) = NaN on the masked keys).
-FJ_DEVICE float lse_log2_of(float lse, int row, const Sequence& seq) {
-  return row >= seq.len_q || lse == neg_inf() ? pos_inf() : lse * kLog2e;
-}
+// A row's LSE as P's exponent takes it: in log2 units, and +inf (P = 0 for every key) for a row
+// that saw no key (the forward wrote -inf: its P would be exp2(-inf + inf) = NaN on the masked
+// keys) or past the sequence's end (lse: -inf). preprocess computes it once a row
+// (FjBackwardParams::lse_log2) rather than every K/V block once a Q block.
+FJ_DEVICE float exponent_lse(float lse) { return lse == neg_inf() ? pos_inf() : lse * kLog2e; }
 
 // s (raw scores) becomes P and dp becomes dS, for a warp tile whose thread rows are row_base +
 // mt * 16 + h * 8 (sequence rows; h = 0, 1) and columns key_base + nt * 8 + e (keys; e = 0, 1).
-// lse: each row's lse_log2_of; dsum: each row's D = rowsum(dO * O). kMasked: the tile crosses an
+// lse: each row's exponent_lse; dsum: each row's D = rowsum(dO * O). kMasked: the tile crosses an
 // edge of the visible keys (tile_needs_mask), so each score is checked against its row's bounds.
 template <bool kMasked, int kMTiles, int kNTiles>
 FJ_DEVICE void scores_to_grads(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],

@@ -101,14 +101,14 @@ bool exact_keeps_fresh_steps(const Semantics& s) {
 int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).smem_bytes; }
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
-// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded], then with
-// sinks their terms, then in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are
+// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded], then each row's
+// LSE as the main kernel's exponent takes it (the same shape), then with sinks their terms, then in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are
 // rounded up to BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
 // seqlen_q is max_seqlen_q, so each sequence has rows of its own. Nothing needs to start zeroed:
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
 struct BwdWorkspace {
-  std::uint64_t dpsum_offset = 0, dsinks_offset = 0, dq_turn_offset = 0, bytes = 0;
+  std::uint64_t dpsum_offset = 0, lse_log2_offset = 0, dsinks_offset = 0, dq_turn_offset = 0, bytes = 0;
 };
 BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int block_m) {
   auto up = [](std::uint64_t x) { return (x + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment; };
@@ -117,7 +117,8 @@ BwdWorkspace workspace_layout(const ProblemShape& shape, const Semantics& s, int
                              std::uint64_t((shape.seqlen_q + block_m - 1) / block_m * block_m);
   BwdWorkspace w;
   w.dpsum_offset = up(rows * std::uint64_t(dqk) * sizeof(float));
-  w.dsinks_offset = w.dpsum_offset + up(rows * sizeof(float));
+  w.lse_log2_offset = w.dpsum_offset + up(rows * sizeof(float));
+  w.dsinks_offset = w.lse_log2_offset + up(rows * sizeof(float));
   // With sinks, one term of dL/dsinks a (batch, Q block, head): rows / block_m of them.
   w.dq_turn_offset = w.dsinks_offset + (s.sinks ? up(rows / std::uint64_t(block_m) * sizeof(float)) : 0);
   w.bytes = w.dq_turn_offset + (s.deterministic ? up(rows / std::uint64_t(block_m) * sizeof(std::int32_t)) : 0);
@@ -249,6 +250,7 @@ class BwdSm80 final : public KernelFamilyBase {
     const unsigned n_blocks = unsigned((p.shape.seqlen_k + t[kBlockN] - 1) / t[kBlockN]);
     float* dq_accum = nullptr;
     float* dpsum = nullptr;
+    float* lse_log2 = nullptr;
     float* dsinks_part = nullptr;
     std::int32_t* dq_turn = nullptr;
     if (m_blocks > 0) {  // with no query rows only the main kernel runs: it writes dK = dV = 0
@@ -258,6 +260,7 @@ class BwdSm80 final : public KernelFamilyBase {
       if (const CUdeviceptr base = buffer.value()) {
         dq_accum = reinterpret_cast<float*>(base);
         dpsum = reinterpret_cast<float*>(base + w.dpsum_offset);
+        lse_log2 = reinterpret_cast<float*>(base + w.lse_log2_offset);
         if (v.semantics.sinks) dsinks_part = reinterpret_cast<float*>(base + w.dsinks_offset);
         if (v.semantics.deterministic) dq_turn = reinterpret_cast<std::int32_t*>(base + w.dq_turn_offset);
       }
@@ -276,6 +279,7 @@ class BwdSm80 final : public KernelFamilyBase {
       bp.dv = const_cast<void*>(b.dv.data);
       bp.dq_accum = dq_accum;
       bp.dpsum = dpsum;
+      bp.lse_log2 = lse_log2;
       bp.dsinks = b.dsinks;
       bp.dsinks_part = dsinks_part;
       bp.dq_turn = dq_turn;

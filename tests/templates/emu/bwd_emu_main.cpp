@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
   using namespace fj::bwd;
   const long long m_blocks = (max_q + kBlockM - 1) / kBlockM, n_blocks = (max_k + kBlockN - 1) / kBlockN;
   const long long rows = nseq * Hq * m_blocks * kBlockM;
-  std::vector<float> ws(static_cast<size_t>(rows * kDQK + rows + nseq * m_blocks * Hq), NAN);  // garbage: preprocess writes what is read
+  std::vector<float> ws(static_cast<size_t>(rows * kDQK + 2 * rows + nseq * m_blocks * Hq), NAN);  // garbage: preprocess writes what is read
 
   FjBackwardParams p{};
   FjAttentionParams& f = p.fwd;
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   if (fj::cfg::kSoftcap) f.softcap_scale = float(scale / softcap), f.softcap_log2 = float(softcap * kLog2eD);
   f.alibi_unit = float(fj::cfg::kSoftcap ? kLog2eD : 1.0 / scale);
   p.dout = bdo.data(), p.dq = gq.data(), p.dk = gk.data(), p.dv = gv.data();
-  p.dq_accum = ws.data(), p.dpsum = ws.data() + rows * kDQK, p.dsinks_part = p.dpsum + rows;
+  p.dq_accum = ws.data(), p.dpsum = ws.data() + rows * kDQK, p.lse_log2 = p.dpsum + rows, p.dsinks_part = p.lse_log2 + rows;
   p.dsinks = fj::cfg::kSinks ? dsinks_got.data() : nullptr;
   std::vector<int> turns(static_cast<size_t>(nseq * Hq * m_blocks), -7);  // garbage: preprocess zeroes each
   p.dq_turn = fj::cfg::kDeterministic ? turns.data() : nullptr;
