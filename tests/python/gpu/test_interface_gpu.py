@@ -170,12 +170,17 @@ def test_flash_attn_with_kvcache_appends_and_attends(reference, paged, new_token
 
 def test_unsupported_backward_raises_a_clear_error():
     # Gradients flow for the backward's subset (tests/python/gpu/test_autograd_gpu.py); beyond it
-    # the backward raises the engine's message naming the argument.
-    q = randn(1, 64, 2, 64, dtype=torch.float32).requires_grad_()  # the forward takes fp32, the backward not yet
-    sinks = torch.zeros(2, device="cuda", dtype=torch.float32)
-    with pytest.warns(UserWarning, match="q.dtype"):
-        out = flash_attn_func(q, q.detach(), q.detach(), window_size=(8, 8), sinks=sinks)
-    with pytest.raises(flashjit.FlashjitError, match="q.dtype"):
+    # (here a paged KV cache: no training through page pools) the backward raises the engine's
+    # message naming the semantic, and autograd's forward warns with it first.
+    q = randn(64, 2, 64).requires_grad_()
+    k_pool, v_pool = (randn(4, 16, 2, 64) for _ in range(2))  # 4 pages of 16 keys
+    table = torch.arange(4, device="cuda", dtype=torch.int32).view(1, 4)
+    cu_seqlens_q = torch.tensor([0, 64], device="cuda", dtype=torch.int32)
+    used = torch.tensor([64], device="cuda", dtype=torch.int32)
+    with pytest.warns(UserWarning, match="paged"):
+        out = flash_attn_varlen_func(q, k_pool, v_pool, cu_seqlens_q, None, 64, 64, block_table=table,
+                                     seqused_k=used)
+    with pytest.raises(flashjit.FlashjitError, match="paged"):
         out.sum().backward()
 
 
