@@ -83,7 +83,7 @@ TEST_CASE("backward: a valid call validates; its semantics are the forward's, LS
   CHECK(p->semantics.vec == 8);
   CHECK(!p->empty);
   auto plan = plan_of(b);
-  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8q1");  // FA2's shape; one stage fits sm_80's 163 KB
+  CHECK(plan.second == "OK: bwd_sm80-bf16-dqk128-dv128-vec8-m64n128w8q2");  // FA2's shape; two stages fit sm_80's 163 KB (swizzled)
 }
 
 TEST_CASE("backward: each argument rule is named in its error") {
@@ -274,7 +274,7 @@ TEST_CASE("backward: bwd_sm80 tile rules and candidates") {
   CHECK(bwd().check_tiling(s80, tiling(128, 128, 8)).ok());
   CHECK(mentions(bwd().check_tiling(s, tiling(64, 64, 4, 3)).error().message(), "stages must be 1 or 2"));
   CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s, nullptr).name() == "m64n128w8q2");
-  CHECK(bwd().default_tiling(Arch::parse("sm_80").value(), s, nullptr).name() == "m64n128w8q1");  // 163 KB
+  CHECK(bwd().default_tiling(Arch::parse("sm_80").value(), s, nullptr).name() == "m64n128w8q2");  // 163 KB exactly
   CHECK(bwd().default_tiling(Arch::parse("sm_86").value(), s, nullptr).name() == "m64n64w4q1");   // 99 KB
   const Semantics s64 = validate_backward(make(DType::f16, 64)).value().semantics;
   CHECK(bwd().default_tiling(Arch::parse("sm_90a").value(), s64, nullptr).name() == "m128n128w8q2");
@@ -300,21 +300,22 @@ TEST_CASE("backward: wide head dims and Dqk != Dv: padding, defaults per arch, a
   CHECK(fj_layout::bwd_padded_head_dim(136, 200) == 160);
   CHECK(fj_layout::bwd_padded_head_dim(40, 256) == 64);
   CHECK(fj_layout::bwd_padded_head_dim(72, 40) == 80);  // not wide: 16 as before
-  // FlashAttention-2's 64 x 64 on 8 warps: two stages on sm_90 (217 KB at 256), one on sm_80 where
-  // two do not fit; sm_86/89's 99 KB take 64 x 32 (8 warps, or 4 where 8 cannot split 32 keys x
-  // 160) or, at 256, 32 x 32 on 4 warps.
+  // FlashAttention-2's 64 x 64 on 8 warps: two stages on sm_90 (211 KB at 256), on sm_80 where two
+  // fit (192: 163 KB) and one where not (256); sm_86/89's 99 KB take 64 x 64 on 8 warps with one
+  // where it fits (192/128: 98.5 KB), 64 x 32 (8 warps, or 4 where 8 cannot split 32 keys x 160)
+  // or, at 256, 32 x 32 on 4 warps.
   const Semantics d160 = sem(160, 160), d192 = sem(192, 192), d256 = sem(256, 256), mla = sem(192, 128);
   CHECK(def(sm90, d256) == "m64n64w8q2");
   CHECK(def(sm80, d256) == "m64n64w8q1");
   CHECK(def(sm86, d256) == "m32n32w4q1");
   CHECK(def(sm90, d192) == "m64n64w8q2");
-  CHECK(def(sm80, d192) == "m64n64w8q1");
+  CHECK(def(sm80, d192) == "m64n64w8q2");
   CHECK(def(sm86, d192) == "m64n32w8q1");
   CHECK(def(sm80, d160) == "m64n64w8q2");
   CHECK(def(sm86, d160) == "m64n32w4q1");
   CHECK(def(sm80, mla) == "m64n64w8q2");
-  CHECK(def(sm86, mla) == "m64n32w8q1");
-  CHECK(variant_smem_bytes({"bwd_sm80", d256, bwd().default_tiling(sm90, d256, nullptr)}) == 222208);  // 217 KB
+  CHECK(def(sm86, mla) == "m64n64w8q1");
+  CHECK(variant_smem_bytes({"bwd_sm80", d256, bwd().default_tiling(sm90, d256, nullptr)}) == 216064);  // 211 KB
   // The dQ tile joins dK and dV in phase 2: 64 x 64 on 4 warps at 256 would hold 128 + 128 of them.
   const auto wide = bwd().candidate_tilings(sm90, d256);
   CHECK(std::find(wide.begin(), wide.end(), tiling(64, 64, 4)) == wide.end());
@@ -408,17 +409,18 @@ TEST_CASE("backward: the launch plan is three kernels sharing one workspace") {
     CHECK(plan.kernels[i].grid.y == 3);
     CHECK(plan.kernels[i].grid.z == 2);
     CHECK(plan.kernels[i].block.x == 128);  // convert reads dQ back in the main kernel's thread order
-    // main: K, V, Q, dO, P, dS (64 rows of 64 + 8 16-bit elements each), LSE and D (64 floats each);
-    // convert: one Q block of dQ in 16 bits; preprocess none.
-    CHECK(plan.kernels[i].smem_bytes == (i == 0 ? 0 : i == 1 ? 6 * 64 * 72 * 2 + 2 * 64 * 4 : 64 * 72 * 2));
+    // main: K, V, Q, dO (64 rows of 64 16-bit elements, swizzled), P, dS (64 rows of 64 + 8), LSE
+    // and D (64 floats each); convert: one Q block of dQ in 16 bits (padded); preprocess none.
+    CHECK(plan.kernels[i].smem_bytes == (i == 0 ? 0 : i == 1 ? 4 * 64 * 64 * 2 + 2 * 64 * 72 * 2 + 2 * 64 * 4 : 64 * 72 * 2));
     const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[i].params.bytes);
     CHECK(bp->seqlen_q_rounded == 128);
     CHECK(bp->fwd.lse == b.forward.lse->data);
     CHECK(bp->dq_stride[1] == 64);  // dq is [B,H,S,D] storage
     CHECK(bp->scale == doctest::Approx(0.125));
   }
-  // dQ accumulator: 2 x 3 x 128 rows x 64 floats, then D: 768 floats, each 256-byte aligned.
-  CHECK(meter.bytes() == 2 * 3 * 128 * 64 * 4 + 3072);
+  // dQ accumulator: 2 x 3 x 128 rows x 64 floats, then D and the exponent LSE: 768 floats each,
+  // each 256-byte aligned.
+  CHECK(meter.bytes() == 2 * 3 * 128 * 64 * 4 + 2 * 3072);
 
   // No query rows: only the main kernel, which writes dk = dv = 0; no workspace.
   const BackwardArgs none = make(DType::f16, 64, 0, 130);
@@ -479,8 +481,8 @@ TEST_CASE("backward: deterministic mode is a variant of its own with a turn flag
   LaunchPlan plan;
   REQUIRE(bwd().plan(p, v, DeviceContextInfo{}, ws, plan).ok());
   REQUIRE(plan.count == 3);
-  // The default's parts (dQ accumulator, D), then 2 x 3 x 2 Q blocks' int flags, 256-byte aligned.
-  const std::size_t rest = 2 * 3 * 128 * 64 * 4 + 3072;
+  // The default's parts (dQ accumulator, D, LSE), then 2 x 3 x 2 Q blocks' int flags, 256-byte aligned.
+  const std::size_t rest = 2 * 3 * 128 * 64 * 4 + 2 * 3072;
   CHECK(ws.bytes_ == rest + 256);
   for (int i = 0; i < 3; ++i) {
     const auto* bp = reinterpret_cast<const FjBackwardParams*>(plan.kernels[i].params.bytes);

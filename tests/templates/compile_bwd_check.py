@@ -188,9 +188,15 @@ def elem_bytes(dtype):
     return 4 if dtype == "f32" else 2
 
 
+def row_stride(width, elem):
+    """layout.cuh's Q/K and V/dO row stride: 16-bit widths of whole 128-byte groups are swizzled
+    (bwd_swizzled), the rest pad by 8 elements."""
+    return width if elem == 2 and width * elem % 128 == 0 else width + 8
+
+
 def smem_bytes(dqk, dv, bm, bn, st, elem=2):
-    """layout.cuh's bwd_layout(elem, ...).smem_bytes (rows pad by 8 elements at either size)."""
-    sqk, sv, sps = padded(dqk, dv) + 8, padded(dv, dqk) + 8, bn + 8
+    """layout.cuh's bwd_layout(elem, ...).smem_bytes (P and dS rows pad by 8 elements at either size)."""
+    sqk, sv, sps = row_stride(padded(dqk, dv), elem), row_stride(padded(dv, dqk), elem), bn + 8
     return elem * (bn * (sqk + sv) + st * bm * (sqk + sv) + 2 * bm * sps) + 2 * st * bm * 4
 
 

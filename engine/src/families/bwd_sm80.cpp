@@ -170,12 +170,13 @@ class BwdSm80 final : public KernelFamilyBase {
   int min_smem_bytes(const Semantics& s) const override { return smem_bytes(s, kSmallest); }
 
   // FlashAttention-2's shapes where they fit and split the head dim: 128x128 on 8 warps for
-  // padded head dims up to 64, 64x128 on 8 warps above (170.5 KB at D = 128 with two stages:
-  // sm_90), else 64x64 on 4 warps (sm_86/89's 99 KB). Wide head dims (past 128: 160, 192, 256,
-  // Dqk = 192 with Dv = 128) take 64x64 on 8 warps (217 KB at D = 256 with two stages: sm_90;
-  // 150.5 KB with one: sm_80), else for 99 KB 64x32 on 8 warps (FA2's sm_86 shape at 256, with V
-  // in registers; here it fits 192 and 192/128), 64x32 on 4 warps (D = 160: 8 warps cannot split
-  // 32 keys x 160), 32x32 on 4 warps (D = 256: 71 KB). fp32 walks kFp32Preferred: D = 64 takes
+  // padded head dims up to 64, 64x128 on 8 warps above (163 KB at D = 128 with two stages: sm_80
+  // and sm_90, with the swizzled tiles of layout.cuh), else 64x64 on 4 warps (sm_86/89's 99 KB).
+  // Wide head dims (past 128: 160, 192, 256, Dqk = 192 with Dv = 128) take 64x64 on 8 warps (211
+  // KB at D = 256 with two stages: sm_90; 146.5 KB with one: sm_80; 98.5 KB at 192/128 with one:
+  // sm_86), else for 99 KB 64x32 on 8 warps (FA2's sm_86 shape at 256, with V in registers; here
+  // it fits 192), 64x32 on 4 warps (D = 160: 8 warps cannot split 32 keys x 160), 32x32 on 4
+  // warps (D = 256: 69 KB). fp32 walks kFp32Preferred: D = 64 takes
   // 64x64 on 8 warps with two stages (145 KB), D = 128 64x64 with one on sm_90 (172 KB) and 32x64
   // with two on sm_80 (154 KB), D = 256 32x64 on 8 warps on sm_90 (216 KB) and 32x32 on 4 on
   // sm_80 (142 KB), one stage each.
