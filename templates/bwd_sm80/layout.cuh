@@ -21,7 +21,7 @@ constexpr int kBwdRowPad16 = 8;
 // copies that write aligned 128-byte spans. Padded, those copies took 2.6x their ideal shared-
 // memory wavefronts (ncu, D 64 and 256) and the whole backward 3-5% longer (bench/NOTES.md
 // entry 35). P and dS, written from registers, keep their pad.
-constexpr int kBwdSwizzleBytes = 128;
+constexpr int kBwdSwizzleBytes = 128;  // common/smem_swizzle.cuh's kSwizzleGroupBytes (that header is device-only)
 FJ_HOST_DEVICE constexpr bool bwd_swizzled(int elem_bytes, int padded_width) {
   return elem_bytes == 2 && padded_width * elem_bytes % kBwdSwizzleBytes == 0;
 }

@@ -102,8 +102,9 @@ int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).sme
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
 // seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded], then each row's
-// LSE as the main kernel's exponent takes it (the same shape), then with sinks their terms, then in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are
-// rounded up to BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
+// LSE as the main kernel's exponent takes it (the same shape), then with sinks their terms, then
+// in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are rounded up to
+// BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
 // seqlen_q is max_seqlen_q, so each sequence has rows of its own. Nothing needs to start zeroed:
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
@@ -176,10 +177,10 @@ class BwdSm80 final : public KernelFamilyBase {
   // KB at D = 256 with two stages: sm_90; 146.5 KB with one: sm_80; 98.5 KB at 192/128 with one:
   // sm_86), else for 99 KB 64x32 on 8 warps (FA2's sm_86 shape at 256, with V in registers; here
   // it fits 192), 64x32 on 4 warps (D = 160: 8 warps cannot split 32 keys x 160), 32x32 on 4
-  // warps (D = 256: 69 KB). fp32 walks kFp32Preferred: D = 64 takes
-  // 64x64 on 8 warps with two stages (145 KB), D = 128 64x64 with one on sm_90 (172 KB) and 32x64
-  // with two on sm_80 (154 KB), D = 256 32x64 on 8 warps on sm_90 (216 KB) and 32x32 on 4 on
-  // sm_80 (142 KB), one stage each.
+  // warps (D = 256: 69 KB). fp32 walks kFp32Preferred: D = 64 takes 64x64 on 8 warps with two
+  // stages (145 KB), D = 128 64x64 with one on sm_90 (172 KB) and 32x64 with two on sm_80 (154
+  // KB), D = 256 32x64 on 8 warps on sm_90 (216 KB) and 32x32 on 4 on sm_80 (142 KB), one stage
+  // each.
   // Two stages before one (the next Q block's copies under this one's products), else the first
   // candidate that fits, else the smallest.
   Tiling default_tiling(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
