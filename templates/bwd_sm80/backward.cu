@@ -121,6 +121,31 @@ FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, c
   }
 }
 
+// A Q block's per-row value (LSE or D, in shared memory as row_stat_slot orders it) for this
+// lane's rows of its S/dP tile, row0 + mt * 16 + h * 8 (row0 = the tile's first row + g): they
+// sit at slots row_stat_slot(row0) + 2 mt + h, so they load as 16-byte vectors (the slot is a
+// multiple of 2 kSdpMTiles from a 16-byte aligned base), not one broadcast word each.
+FJ_DEVICE void load_row_stats(float (&out)[kSdpMTiles][2], const float* stats, int row0) {
+  constexpr int kN = 2 * kSdpMTiles;
+  constexpr int kVecFloats = kN % 4 == 0 ? 4 : 2;  // kSdpMTiles >= 1
+  const float* src = stats + row_stat_slot(row0);
+  float v[kN];
+#pragma unroll
+  for (int i = 0; i < kN; i += kVecFloats) {
+    if constexpr (kVecFloats == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src + i);
+      v[i] = x.x, v[i + 1] = x.y, v[i + 2] = x.z, v[i + 3] = x.w;
+    } else {
+      const float2 x = *reinterpret_cast<const float2*>(src + i);
+      v[i] = x.x, v[i + 1] = x.y;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < kSdpMTiles; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) out[mt][h] = v[2 * mt + h];
+}
+
 // acc *= x over a whole register tile.
 template <int kMTiles, int kNTiles>
 FJ_DEVICE void scale_tile(float (&acc)[kMTiles][kNTiles][4], float x) {
@@ -150,6 +175,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   constexpr unsigned kB = sizeof(Elem);  // bytes an element: the addresses' unit
 
   const FjAttentionParams& f = p.fwd;
+  // P formed between the S and dP products, or both P and dS after them (score_grad.cuh says when).
+  constexpr bool kProbsFirst = !kSoftcap && !kCausal && !kWindow;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const Frag fr{lane};
   const int k_block = k_block_of(blockIdx.x);
@@ -219,36 +246,41 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       cp_async_commit();
     }
 
-    // ---- S and dP for this warp's tile, then P and dS element by element, to shared memory.
+    // ---- S and dP for this warp's tile, P and dS element by element (score_grad.cuh's two
+    // orders), to shared memory.
     {
       float s[kSdpMTiles][kSdpNTiles][4];
       zero_tile(s);
       warp_gemm<kSdpMTiles, kSdpNTiles, kDQK / 16, false, kStrideQK, false, kStrideQK, kSwizzleQK, kSwizzleQK>(
           s, cur.q_at + sdp_row0 * kStrideQK * kB, sK_at + sdp_key0 * kStrideQK * kB, lane);
+      // Each row's LSE and D are read where they are used: loaded together before the dP
+      // product, they cost ptxas 4-16 B of spills at the defaults (entry 37).
+      float lse[kSdpMTiles][2], dsum[kSdpMTiles][2];
       float dp[kSdpMTiles][kSdpNTiles][4];
+      // The ALiBi slope is read where P is formed, not with the head: live across the products,
+      // it cost ptxas a spill at D = 128 with window, softcap and ALiBi together (first cut).
+      // P and dS round to 16 bits as they are staged, as FA2's do, for the products that read
+      // them (fp32 inputs keep them fp32: the products' tf32 split is where they round, if anywhere).
+      if constexpr (kProbsFirst) {
+        load_row_stats(lse, cur.lse, sdp_row0 + fr.g());
+        form_probs<false, kSdpRows, kSdpKeys>(s, dp, lse, dsum, m0 + sdp_row0, n0 + sdp_key0, fr, seq, left, right, f,
+                                              alibi_slope_of(f, blockIdx.z, head));
+      }
       zero_tile(dp);
       warp_gemm<kSdpMTiles, kSdpNTiles, kDV / 16, false, kStrideV, false, kStrideV, kSwizzleV, kSwizzleV>(
           dp, cur.dout_at + sdp_row0 * kStrideV * kB, sV_at + sdp_key0 * kStrideV * kB, lane);
-      float lse[kSdpMTiles][2], dsum[kSdpMTiles][2];
-#pragma unroll
-      for (int mt = 0; mt < kSdpMTiles; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = sdp_row0 + mt * 16 + h * 8 + fr.g();
-          lse[mt][h] = cur.lse[r];
-          dsum[mt][h] = cur.dsum[r];
-        }
-      // Read here, not with the head: live across the products above, it cost ptxas a spill
-      // at D = 128 with window, softcap and ALiBi together (first cut).
-      const float alibi_slope = alibi_slope_of(f, blockIdx.z, head);
-      const int row_base = m0 + sdp_row0 + fr.g(), key_base = n0 + sdp_key0 + 2 * fr.t();
-      if (tile_needs_mask<kSdpRows, kSdpKeys>(n0 + sdp_key0, m0 + sdp_row0, seq, left, right))
-        scores_to_grads<true>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
-      else
-        scores_to_grads<false>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
-      // P and dS round to 16 bits here, as FA2's do, for the products that read them (fp32
-      // inputs keep them fp32: the products' tf32 split is where they round, if anywhere).
-      stage_tile<kStridePS, false>(sP_at, s, sdp_row0, sdp_key0, lane);
+      load_row_stats(dsum, cur.dsum, sdp_row0 + fr.g());
+      // (P staged before dS is formed: staged after, the first order measured 2.5% slower at
+      // D 64, entry 37.)
+      if constexpr (kProbsFirst) {
+        stage_tile<kStridePS, false>(sP_at, s, sdp_row0, sdp_key0, lane);
+        probs_to_grads(s, dp, dsum);
+      } else {
+        load_row_stats(lse, cur.lse, sdp_row0 + fr.g());
+        form_probs<true, kSdpRows, kSdpKeys>(s, dp, lse, dsum, m0 + sdp_row0, n0 + sdp_key0, fr, seq, left, right, f,
+                                             alibi_slope_of(f, blockIdx.z, head));
+        stage_tile<kStridePS, false>(sP_at, s, sdp_row0, sdp_key0, lane);
+      }
       stage_tile<kStridePS, false>(sdS_at, dp, sdp_row0, sdp_key0, lane);
     }
     __syncthreads();

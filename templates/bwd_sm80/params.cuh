@@ -12,9 +12,10 @@ struct FjBackwardParams {
   void* dk;               // [batch, seq_k, heads_kv, head_dim_qk]
   void* dv;               // [batch, seq_k, heads_kv, head_dim_v]
   float* dq_accum;        // workspace: [batch, heads_q, seqlen_q_rounded, kDQK] fp32, zeroed by preprocess
-  float* dpsum;           // workspace: D = rowsum(dO * O), [batch, heads_q, seqlen_q_rounded]
+  float* dpsum;           // workspace: D = rowsum(dO * O), [batch, heads_q, seqlen_q_rounded], each
+                          // Q block's rows in config.cuh's row_stat_slot order
   float* lse_log2;        // workspace: each row's LSE as P's exponent takes it (score_grad.cuh's
-                          // exponent_lse), [batch, heads_q, seqlen_q_rounded]; written by preprocess
+                          // exponent_lse), laid out as dpsum; written by preprocess
   float* dsinks;          // sinks: dL/dsinks fp32 [heads_q], written by convert; null: not asked for
   float* dsinks_part;     // sinks: workspace [batch, seqlen_q_rounded / kBlockM, heads_q], one term a Q block
   int* dq_turn;           // deterministic: workspace [batch, heads_q, seqlen_q_rounded / kBlockM] (dq_order.cuh)

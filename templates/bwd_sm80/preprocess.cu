@@ -58,11 +58,11 @@ flashjit_bwd_preprocess(const __grid_constant__ FjBackwardParams p) {
 #pragma unroll
     for (int lanes = kRowLanes / 2; lanes > 0; lanes /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
     if (sub == 0 && r < kBlockM) {
-      p.dpsum[ws_row0 + r] = acc;
+      p.dpsum[ws_row0 + row_stat_slot(r)] = acc;
       const float lse = row < seq.len_q
                             ? f.lse[seq.batch * f.lse_stride[0] + head * f.lse_stride[1] + (seq.q_start + row) * f.lse_stride[2]]
                             : neg_inf();
-      p.lse_log2[ws_row0 + r] = exponent_lse(lse);
+      p.lse_log2[ws_row0 + row_stat_slot(r)] = exponent_lse(lse);
       if constexpr (kSinks) {
         // The forward's LSE holds the sink's exp, so it is finite; -inf only where nothing was written.
         if (lse != neg_inf()) dsink -= expf(f.sinks[head] - lse) * acc;

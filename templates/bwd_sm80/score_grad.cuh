@@ -5,13 +5,21 @@
 // softcap, then ALiBi, then the mask. The softcap's derivative is taken between the two: with
 // z = cap * tanh(scale * s / cap) - bias, dz/ds = scale * (1 - tanh^2), and the ALiBi bias is a
 // constant (no slope gradient). The scale itself is applied where dQ and dK are formed, as
-// without softcap. Both products run before this step, so the factor never needs a register tile.
+// without softcap.
+//
+// Two orders (backward.cu's kProbsFirst). P between the two products, so that its exponentials
+// run under dP's mma instructions (FlashAttention-2's order), and dS after dP: without softcap
+// and without a mask by position. Else P and dS after both products in one pass: the softcap's
+// factor never needs a register tile, and under causal or window masks the first order measured
+// 2.5-4% slower at D 64 and 128 (spilling 16 B at D 64; bench/NOTES.md entry 37).
 #pragma once
 
 #include "bwd_sm80/config.cuh"
+#include "bwd_sm80/tile_walk.cuh"
 #include "common/row_total.cuh"
 #include "common/score_tile.cuh"
 #include "common/sequence.cuh"
+#include "common/warp_gemm_sm80.cuh"
 
 namespace fj::bwd {
 
@@ -38,12 +46,13 @@ FJ_DEVICE float transform_with_grad(float& x, int row, int col, int offset, cons
 // (FjBackwardParams::lse_log2) rather than every K/V block once a Q block.
 FJ_DEVICE float exponent_lse(float lse) { return lse == neg_inf() ? pos_inf() : lse * kLog2e; }
 
-// s (raw scores) becomes P and dp becomes dS, for a warp tile whose thread rows are row_base +
-// mt * 16 + h * 8 (sequence rows; h = 0, 1) and columns key_base + nt * 8 + e (keys; e = 0, 1).
-// lse: each row's exponent_lse; dsum: each row's D = rowsum(dO * O). kMasked: the tile crosses an
-// edge of the visible keys (tile_needs_mask), so each score is checked against its row's bounds.
-template <bool kMasked, int kMTiles, int kNTiles>
-FJ_DEVICE void scores_to_grads(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],
+// s (raw scores) becomes P, for a warp tile whose thread rows are row_base + mt * 16 + h * 8
+// (sequence rows; h = 0, 1) and columns key_base + nt * 8 + e (keys; e = 0, 1); kWithGrads: dp
+// becomes dS in the same pass (the softcap order), else dp is not read. lse: each row's
+// exponent_lse; dsum: each row's D = rowsum(dO * O). kMasked: the tile crosses an edge of the
+// visible keys (tile_needs_mask), so each score is checked against its row's bounds.
+template <bool kMasked, bool kWithGrads, int kMTiles, int kNTiles>
+FJ_DEVICE void scores_to_probs(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],
                                const float (&lse)[kMTiles][2], const float (&dsum)[kMTiles][2], int row_base,
                                int key_base, const Sequence& seq, int left, int right, const FjAttentionParams& f,
                                float alibi_slope) {
@@ -69,10 +78,38 @@ FJ_DEVICE void scores_to_grads(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTi
           // Keys left of a row's first are masked only under a window (else it is key 0).
           if (kMasked && ((kWindow && c < lo) || c > hi)) x = neg_inf();
           x = exp2_approx(fmaf(x, score_scale, -lse[mt][h]));
-          float& d = dp[mt][nt][2 * h + e];
-          d = x * (d - dsum[mt][h]) * factor;
+          if constexpr (kWithGrads) {
+            float& d = dp[mt][nt][2 * h + e];
+            d = x * (d - dsum[mt][h]) * factor;
+          }
         }
     }
+}
+
+// scores_to_probs over a warp tile of kRows x kKeys (rows tile_row0 + ..., keys tile_key0 + ...,
+// in the sequence), masked only where it crosses an edge of the visible keys.
+template <bool kWithGrads, int kRows, int kKeys, int kMTiles, int kNTiles>
+FJ_DEVICE void form_probs(float (&s)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],
+                          const float (&lse)[kMTiles][2], const float (&dsum)[kMTiles][2], int tile_row0,
+                          int tile_key0, const sm80::Frag& fr, const Sequence& seq, int left, int right,
+                          const FjAttentionParams& f, float alibi_slope) {
+  const int row_base = tile_row0 + fr.g(), key_base = tile_key0 + 2 * fr.t();
+  if (tile_needs_mask<kRows, kKeys>(tile_key0, tile_row0, seq, left, right))
+    scores_to_probs<true, kWithGrads>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
+  else
+    scores_to_probs<false, kWithGrads>(s, dp, lse, dsum, row_base, key_base, seq, left, right, f, alibi_slope);
+}
+
+// dp becomes dS = P (dP - D), P from scores_to_probs (the order without softcap: no factor).
+template <int kMTiles, int kNTiles>
+FJ_DEVICE void probs_to_grads(const float (&p)[kMTiles][kNTiles][4], float (&dp)[kMTiles][kNTiles][4],
+                              const float (&dsum)[kMTiles][2]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dp[mt][nt][i] = p[mt][nt][i] * (dp[mt][nt][i] - dsum[mt][i / 2]);
 }
 
 }  // namespace fj::bwd

@@ -181,6 +181,9 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct alignas(8) float2 {
+  float x, y;
+};
 
 inline void __syncthreads() { emu::syncthreads(); }
 inline float __int_as_float(int x) {
