@@ -103,11 +103,14 @@ FJ_DEVICE long long workspace_head(const FjBackwardParams& p, int z, int head) {
 constexpr int kFloatsPer16B = 4;  // LSE and D copies: 16-byte cp.async chunks (the workspace rows are 64-byte aligned)
 
 // Starts the copies of Q block m0 of q-head `head` into `dst`: rows past the sequence load as
-// zeros (Q, dO; preprocess gave their LSE +inf and their D 0).
+// zeros (Q, dO; preprocess gave their LSE +inf and their D 0). read false: nothing is read and
+// the whole stage zero-fills (a valid block's addresses still given), so a caller need not
+// branch around the copies.
 FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, const Sequence& seq, int head, int m0,
-                            int tid) {
+                            int tid, bool read = true) {
   const FjAttentionParams& f = p.fwd;
-  const int rows_q = seq.len_q - m0;
+  const int rows_q = read ? seq.len_q - m0 : 0;
+  const int row_stat_bytes = read ? 16 : 0;
   load_q_rows<kHeadDimQK, kStrideQK, kSwizzleQK>(dst.q, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head),
                                      f.q_stride[1], f.q_stride[3], rows_q, tid);
   load_q_rows<kHeadDimV, kStrideV, kSwizzleV>(dst.dout,
@@ -116,8 +119,8 @@ FJ_DEVICE void load_q_block(const QBlockTiles& dst, const FjBackwardParams& p, c
   // preprocess wrote both for every workspace row.
   const long long ws_row = workspace_head(p, blockIdx.z, head) + m0;
   for (int c = tid; c < kBlockM / kFloatsPer16B; c += kThreads) {
-    cp_async<16>(dst.lse + c * kFloatsPer16B, p.lse_log2 + ws_row + c * kFloatsPer16B, 16);
-    cp_async<16>(dst.dsum + c * kFloatsPer16B, p.dpsum + ws_row + c * kFloatsPer16B, 16);
+    cp_async<16>(dst.lse + c * kFloatsPer16B, p.lse_log2 + ws_row + c * kFloatsPer16B, row_stat_bytes);
+    cp_async<16>(dst.dsum + c * kFloatsPer16B, p.dpsum + ws_row + c * kFloatsPer16B, row_stat_bytes);
   }
 }
 
@@ -177,6 +180,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const FjAttentionParams& f = p.fwd;
   // P formed between the S and dP products, or both P and dS after them (score_grad.cuh says when).
   constexpr bool kProbsFirst = !kSoftcap && !kCausal && !kWindow;
+  // Two stages: the next Q block's copies issued without a branch (the last step zero-fills the
+  // idle stage from this block's addresses), so ptxas schedules their address arithmetic among
+  // the S product's instructions: D 128 +0.4-2.6%, D 256 +0.4-1.2%; with the S product's 4 k
+  // steps at D 64, 1-6% slower (bench/NOTES.md entry 37).
+  constexpr bool kNextCopiesBranchFree = kDQK >= 128;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const Frag fr{lane};
   const int k_block = k_block_of(blockIdx.x);
@@ -242,7 +250,12 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       if (turn_to_pass) pass_dq_turn(turn_to_pass, k_block, tid);
     }
     if constexpr (kStages == 2) {
-      if (step + 1 < steps) load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, next_head, next_m * kBlockM, tid);
+      const bool more = step + 1 < steps;
+      if constexpr (kNextCopiesBranchFree)
+        load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, more ? next_head : head,
+                     (more ? next_m : m_block) * kBlockM, tid, more);
+      else if (more)
+        load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, next_head, next_m * kBlockM, tid);
       cp_async_commit();
     }
 
