@@ -42,13 +42,13 @@ for step in "${steps[@]}"; do
       timeout ${SPLIT_TIMEOUT:-60} python3 bench/bwd_kernel_split.py --cells ${SPLIT_CELLS:-64:4096:0,128:1024:0,128:4096:0} \
         --backends flashjit,sdpa-flash > "$OUT/bwd_split.log" 2>&1
       echo "split rc=$?"; cat "$OUT/bwd_split.log" ;;
-    ncu)  # the main kernels, flashjit's and FlashAttention-2's, one launch each (bench/bwd_profile.py)
+    ncu)  # the main kernels, flashjit's and FlashAttention-2's, one launch each (bench/profile_call.py)
       for b in "flashjit:regex:flashjit_bwd_main" "sdpa-flash:regex:flash_bwd_dq_dk_dv"; do
         name=${b%%:*}; kernel=${b#*:}
         echo "=== $name" >> "$OUT/bwd_ncu.txt"
         timeout ${NCU_TIMEOUT:-100} ncu -k "$kernel" -s 1 -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-          --section InstructionStats python3 bench/bwd_profile.py --backend "$name" ${NCU_ARGS:---d 64 --s 4096} \
+          --section InstructionStats python3 bench/profile_call.py --backend "$name" ${NCU_ARGS:---d 64 --s 4096} \
           >> "$OUT/bwd_ncu.txt" 2>&1
         echo "ncu $name rc=$?"
       done

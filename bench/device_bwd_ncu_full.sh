@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ncu --set full of flashjit's backward main kernel and FlashAttention-2's (SDPA flash), bf16, at
-# head dim x sequence shapes (B*S 16K, H*D 2048: bench/bwd_profile.py), for reading stalls and
+# head dim x sequence shapes (B*S 16K, H*D 2048: bench/profile_call.py), for reading stalls and
 # shared-memory wavefronts per SASS instruction. Writes, per kernel and shape, the details page,
 # the source page (SASS, CSV: bench/ncu_sass_summary.py sums it by opcode) and the raw metrics,
 # tarred into $OUT/ncu.tgz.
@@ -17,7 +17,7 @@ for shape in ${SHAPES:-64x16384}; do  # DxS, space-separated
     name=${b%%:*}; kernel=${b#*:}
     tag=${name}_d${d}_s${s}
     timeout 240 ncu -k "$kernel" -s 1 -c 1 --set full --import-source no -o $R/$tag \
-      python3 bench/bwd_profile.py --backend $name --d $d --s $s > $R/$tag.log 2>&1
+      python3 bench/profile_call.py --backend $name --d $d --s $s > $R/$tag.log 2>&1
     echo "$tag rc=$?"
     ncu -i $R/$tag.ncu-rep --page details > $R/$tag.details.txt 2>&1
     ncu -i $R/$tag.ncu-rep --page source --csv --print-source sass > $R/$tag.sass.csv 2>&1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 24's speed on the device: the backward grid of `python -m flashjit.bench --pass backward`
 # (flashjit, SDPA flash = FlashAttention-2, SDPA cuDNN; bf16 and fp16), then ncu of flashjit's main
-# backward kernel and FlashAttention-2's at D = 128, S = 4K (bench/bwd_profile.py).
+# backward kernel and FlashAttention-2's at D = 128, S = 4K (bench/profile_call.py).
 #   bash bench/device_bwd_speed.sh [grid] [ncu]       (carry .carry/op)
 #   BWD_BACKENDS=flashjit,flashjit-det,sdpa-flash,sdpa-cudnn: deterministic mode beside the default
 set -u
@@ -26,7 +26,7 @@ for step in "${steps[@]}"; do
         name=${b%%:*}; kernel=${b#*:}
         timeout 200 ncu -k "$kernel" -s 1 -c 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-          --section ComputeWorkloadAnalysis python3 bench/bwd_profile.py --backend "$name" ${NCU_ARGS:-} \
+          --section ComputeWorkloadAnalysis python3 bench/profile_call.py --backend "$name" ${NCU_ARGS:-} \
           > "$OUT/ncu_bwd_$name.txt" 2>&1
         echo "ncu $name rc=$?"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Size|Grid Size|Dynamic Shared|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Stall" "$OUT/ncu_bwd_$name.txt" | head -30
       done ;;

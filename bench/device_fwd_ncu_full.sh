@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ncu --set full of flashjit's fa3_sm90 forward and FlashAttention-4's sm90 forward, bf16, at
-# head dim x sequence x causal shapes (B*S 16K, H*D 2048: bench/fwd_profile.py), for issue 25's
-# per-tile fixed cost at short sequences. Per kernel and shape: the details page, the source page
-# (SASS, CSV: bench/ncu_sass_summary.py sums it by opcode), tarred into $OUT/ncu_fwd.tgz.
+# head dim x sequence x causal shapes (B*S 16K, H*D 2048: bench/profile_call.py --pass forward),
+# for issue 25's per-tile fixed cost at short sequences. Per kernel and shape: the details page
+# and the source page (SASS, CSV: bench/ncu_sass_summary.py sums it by opcode), tarred into
+# $OUT/ncu_fwd.tgz.
 #   SHAPES="128x1024x0 128x4096x0" bash bench/device_fwd_ncu_full.sh
 # (carry the build's libflashjit.so as FLASHJIT_LIB, and FA4 from ../shared/tools/fa4_setup.sh on PYTHONPATH)
 set -u
@@ -16,7 +17,7 @@ for shape in ${SHAPES:-128x1024x0 128x4096x0}; do  # DxSxCAUSAL
     name=${b%%:*}; kernel=${b#*:}
     tag=${name}_d${d}_s${s}_c${c}
     timeout 240 ncu -k "$kernel" -s 2 -c 1 --set full --import-source no -o $R/$tag \
-      python3 bench/fwd_profile.py --backend $name --d $d --s $s --causal $c > $R/$tag.log 2>&1
+      python3 bench/profile_call.py --pass forward --backend $name --d $d --s $s --causal $c > $R/$tag.log 2>&1
     echo "$tag rc=$?"
     ncu -i $R/$tag.ncu-rep --page details > $R/$tag.details.txt 2>&1
     ncu -i $R/$tag.ncu-rep --page source --csv --print-source sass > $R/$tag.sass.csv 2>&1
