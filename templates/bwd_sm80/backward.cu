@@ -251,11 +251,9 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     }
     if constexpr (kStages == 2) {
       const bool more = step + 1 < steps;
-      if constexpr (kNextCopiesBranchFree)
+      if (kNextCopiesBranchFree || more)
         load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, more ? next_head : head,
                      (more ? next_m : m_block) * kBlockM, tid, more);
-      else if (more)
-        load_q_block(stage_tiles(smem_raw, (step + 1) & 1), p, seq, next_head, next_m * kBlockM, tid);
       cp_async_commit();
     }
 

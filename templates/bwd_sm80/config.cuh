@@ -40,12 +40,12 @@ constexpr int kSdpWarpsM = kLayout.sdp_warps_m;
 constexpr int kSdpRows = kBlockM / kSdpWarpsM;
 constexpr int kSdpKeys = kBlockN / (kWarps / kSdpWarpsM);
 constexpr int kSdpMTiles = kSdpRows / kMmaRows;
+constexpr int kSdpNTiles = kSdpKeys / 8;
 // A Q block's rows keep their LSE and D (workspace, shared memory) grouped by row % 8, the C
 // fragment row a lane holds (Frag::g): a lane's 2 * kSdpMTiles rows of its S/dP tile are then
 // adjacent and load as vectors, not one broadcast word each.
 constexpr int kRowGroups = 8;
 FJ_DEVICE int row_stat_slot(int r) { return r % kRowGroups * (kBlockM / kRowGroups) + r / kRowGroups; }
-constexpr int kSdpNTiles = kSdpKeys / 8;
 // dV += P^T dO and dK += dS^T Q: kDkvKeys keys x a kDkvCols share of each head dim a warp.
 constexpr int kDkvWarpsN = kLayout.dkv_warps_n;
 constexpr int kDkvWarpsD = kWarps / kDkvWarpsN;

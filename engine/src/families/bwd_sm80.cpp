@@ -101,11 +101,12 @@ bool exact_keeps_fresh_steps(const Semantics& s) {
 int smem_bytes(const Semantics& s, const Tiling& t) { return layout_of(s, t).smem_bytes; }
 
 // Workspace parts, each kWorkspaceAlignment-aligned: the fp32 dQ accumulator [batch, heads_q,
-// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded], then each row's
-// LSE as the main kernel's exponent takes it (the same shape), then with sinks their terms, then
-// in deterministic mode an int turn flag a Q block (dq_order.cuh). Rows are rounded up to
-// BLOCK_M so every Q block's rows exist; with varlen, batch counts sequences and
-// seqlen_q is max_seqlen_q, so each sequence has rows of its own. Nothing needs to start zeroed:
+// seqlen_q_rounded, padded head dim], then D [batch, heads_q, seqlen_q_rounded] (each Q block's
+// rows in config.cuh's row_stat_slot order), then each row's LSE as the main kernel's exponent
+// takes it (laid out as D), then with sinks their terms, then in deterministic mode an int turn
+// flag a Q block (dq_order.cuh). Rows are rounded up to BLOCK_M so every Q block's rows exist;
+// with varlen, batch counts sequences and seqlen_q is max_seqlen_q, so each sequence has rows of
+// its own. Nothing needs to start zeroed:
 // preprocess writes every word the other kernels read. Sizes are uint64: dq is an output of at
 // most 2^62 bytes (tensor_layout.hpp), so these stay below 2^64.
 struct BwdWorkspace {
