@@ -243,7 +243,12 @@ flashjit_fa3_fwd(const __grid_constant__ FjFa3Params prm) {
                                     fj_layout::kSwizzleAlign);
   __shared__ Barriers bars;
 
-  const int tid = threadIdx.x, wg = tid / kWgThreads, warp = (tid % kWgThreads) / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = (tid % kWgThreads) / 32, lane = tid % 32;
+  // Read through a warp reduction (REDUX writes a uniform register), the warpgroup index is
+  // warp-uniform to ptxas too: the Q tile's wgmma descriptors, which depend on it, then live in
+  // uniform registers instead of being moved there (two R2UR and two moves) before every wgmma.
+  // threadIdx.x / 128 alone, or through __shfl_sync, still gave the moves.
+  const int wg = int(__reduce_min_sync(0xffffffffu, unsigned(tid / kWgThreads)));
   const TileWalk walk{p, prm.section_heads};
 
   if (tid == 0) {
