@@ -12,6 +12,7 @@ const KernelFamily& fa2_sm80_family();
 const KernelFamily& decode_sm80_family();
 const KernelFamily& fa3_sm90_family();
 const KernelFamily& bwd_sm80_family();
+const KernelFamily& bwd_sm90_family();
 
 int arch_smem_limit(const Arch& arch) {
   // Opt-in dynamic shared memory per block, from the CUDA programming guide's tables.
@@ -50,10 +51,17 @@ const std::vector<const KernelFamily*>& kernel_families(Pass pass) {
   return pass == Pass::forward ? forward : backward;
 }
 
+const std::vector<const KernelFamily*>& named_only_families() {
+  static const std::vector<const KernelFamily*> families{&bwd_sm90_family()};
+  return families;
+}
+
 const KernelFamily* find_family(std::string_view name) {
   for (Pass pass : {Pass::forward, Pass::backward})
     for (const auto* f : kernel_families(pass))
       if (name == f->name()) return f;
+  for (const auto* f : named_only_families())
+    if (name == f->name()) return f;
   return nullptr;
 }
 

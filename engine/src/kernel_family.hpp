@@ -112,9 +112,13 @@ const char* smem_refusal(const KernelFamily& family, const Arch& arch, const Sem
 // (dtype, head dims, bytes needed, the arch's limit).
 std::string explain_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s, const char* why_not);
 
-// Every family of one pass, in ascending priority.
+// Every family of one pass the engine picks from, in ascending priority.
 const std::vector<const KernelFamily*>& kernel_families(Pass pass = Pass::forward);
-const KernelFamily* find_family(std::string_view name);  // of either pass
+// Families the engine never picks, nor warmup compiles, by itself: only a tiling that names one
+// runs it. A family under construction lives here until it beats the one it would replace
+// (bwd_sm90, docs/design/hopper_backward.md).
+const std::vector<const KernelFamily*>& named_only_families();
+const KernelFamily* find_family(std::string_view name);  // of either pass, named-only ones included
 const KnobTable* family_knobs(std::string_view family);  // nullptr for an unknown family
 
 // The family that runs a problem: the first by priority that accepts it (dispatch path).

@@ -258,6 +258,51 @@ TEST_CASE("backward: forward calls never plan the backward family, and the rever
   REQUIRE(kernel_families(Pass::backward).size() == 1);
   CHECK(kernel_families(Pass::backward)[0] == &bwd());
   CHECK(find_family("bwd_sm80") == &bwd());
+  // bwd_sm90 serves a subset of bwd_sm80's calls, slower so far: only a tiling that names it runs it.
+  REQUIRE(named_only_families().size() == 1);
+  CHECK(find_family("bwd_sm90") == named_only_families()[0]);
+  auto plan = engine().plan_backward(b, "sm_90a");
+  REQUIRE(plan.ok());
+  CHECK(plan->variant.family == "bwd_sm80");
+}
+
+TEST_CASE("backward: bwd_sm90 serves 16-bit MHA without a mask at head dims 64 and 128 on sm_90a, and says why not elsewhere") {
+  const KernelFamily* f = find_family("bwd_sm90");
+  REQUIRE(f);
+  auto has = [](const char* text, const char* part) { return text && std::string(text).find(part) != std::string::npos; };
+  CHECK(f->pass() == Pass::backward);
+  const Arch sm90a = Arch::parse("sm_90a").value();
+  for (DType dt : {DType::f16, DType::bf16})
+    for (int d : {64, 128}) {
+      const Semantics s = validate_backward(make(dt, d)).value().semantics;
+      CHECK(f->refusal(sm90a, s, nullptr) == nullptr);
+      CHECK(f->candidate_tilings(sm90a, s) == std::vector<Tiling>{f->default_tiling(sm90a, s, nullptr)});
+      CHECK(f->check_tiling(s, f->default_tiling(sm90a, s, nullptr)).ok());
+    }
+  const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
+  auto refused = [&](Semantics t, const char* says) {
+    const char* why = f->refusal(sm90a, t, nullptr);
+    REQUIRE(why);
+    CHECK(has(why, says));
+  };
+  CHECK(has(f->refusal(Arch::parse("sm_90").value(), s, nullptr), "sm_90a"));
+  CHECK(has(f->refusal(Arch::parse("sm_80").value(), s, nullptr), "sm_90a"));
+  Semantics t = s;
+  t.mask = Mask::causal;
+  refused(t, "no mask");
+  t = s;
+  t.gqa = true;
+  refused(t, "GQA");
+  t = s;
+  t.deterministic = true;
+  refused(t, "deterministic");
+  t = s;
+  t.head_dim_qk = t.head_dim_v = 96;
+  refused(t, "head dims 64 and 128");
+  t = s;
+  t.dtype = DType::f32;
+  refused(t, "fp32");
+  CHECK_FALSE(f->check_tiling(s, Tiling(f->knobs(), {128, 64, 1})).ok());
 }
 
 TEST_CASE("backward: bwd_sm80 tile rules and candidates") {

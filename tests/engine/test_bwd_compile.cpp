@@ -34,12 +34,12 @@ Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8, int dv = 0) {
   return s;
 }
 
-// Compiles on two threads (test::compile_jobs); each cubin must export the entry points the
-// launch plan names.
+// Compiles on two threads (test::compile_jobs); each cubin must export the entry points its
+// family's launch plan names.
 std::vector<std::string> compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs) {
   return test::compile_jobs(jobs, [](const KernelVariant& v, const std::string& cubin) {
     std::string missing;
-    for (const EntryPoint& e : bwd().entry_points(v))
+    for (const EntryPoint& e : find_family(v.family)->entry_points(v))
       if (cubin.find(e.name) == std::string::npos) missing += std::string("no entry point ") + e.name + "; ";
     return missing;
   });
@@ -119,6 +119,22 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
   CHECK(failures.empty());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("bwd_sm80: compiled %zu variants in %.1f s (2 threads)\n", jobs.size(), s);
+}
+
+TEST_CASE("bwd_sm90: every variant compiles for sm_90a and exports the three entry points") {
+  const KernelFamily& f = *find_family("bwd_sm90");
+  const Arch arch = Arch::parse("sm_90a").value();
+  std::vector<std::pair<KernelVariant, Arch>> jobs;
+  for (DType dt : {DType::f16, DType::bf16})
+    for (int d : {64, 128}) {
+      const Semantics s = backward_semantics(dt, d, Mask::none);
+      REQUIRE(f.refusal(arch, s, nullptr) == nullptr);
+      for (const Tiling& t : f.candidate_tilings(arch, s)) jobs.push_back({{"bwd_sm90", s, t}, arch});
+    }
+  CHECK(jobs.size() == 4);
+  const auto failures = compile_all(jobs);
+  for (const auto& failure : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, failure);
+  CHECK(failures.empty());
 }
 
 TEST_CASE("bwd_sm80: Engine::compile builds the variant plan_backward names, without a GPU") {

@@ -487,6 +487,38 @@ TEST_CASE("backward: wide head dims (160, 192, 256) and Dqk != Dv match float64,
   for (const BwdCase& c : cases) check_case(c);
 }
 
+// bwd_sm90's first cut (docs/design/hopper_backward.md step 1) on the shapes it serves, run by
+// naming its tiling (the engine does not pick it yet), on odd lengths (partial Q and K/V blocks)
+// and whole blocks, then twice more for bit-identical dK and dV.
+TEST_CASE("backward: bwd_sm90 (wgmma, no mask, MHA, D 64/128) matches float64, twice, on garbage gradients") {
+  Fixture& f = Fixture::get();
+  const std::string arch = f.gpu.info().arch;
+  if (arch.rfind("sm_90", 0) != 0) {
+    MESSAGE("SKIPPED: bwd_sm90 needs an sm_90 GPU, this one is " << arch);
+    return;
+  }
+  const KernelFamily* family = find_family("bwd_sm90");
+  REQUIRE(family);
+  for (DType dt : {DType::f16, DType::bf16})
+    for (std::int64_t d : {64, 128})
+      for (auto [sq, sk] : {std::pair<std::int64_t, std::int64_t>{77, 130}, {256, 192}, {1, 64}, {200, 3}}) {
+        BwdCase c;
+        c.dtype = dt, c.D = d, c.Sq = sq, c.Sk = sk;
+        c.bhsd_grads = d == 128;
+        INFO(c.describe());
+        const HostProblem p = make_problem(c);
+        DeviceProblem dev;
+        make_device(p, dev);
+        auto plan = f.engine->plan_backward(dev.args, "sm_90a");
+        REQUIRE(plan.ok());
+        const Tiling t = family->default_tiling(Arch::parse("sm_90a").value(), plan->variant.semantics, nullptr);
+        REQUIRE(family->refusal(Arch::parse("sm_90a").value(), plan->variant.semantics, nullptr) == nullptr);
+        const auto first = run_once(p, dev, "bwd_sm90", &t);
+        const auto second = run_once(p, dev, "again", &t);
+        CHECK_MESSAGE(first == second, "dk and dv must be bit-identical from call to call");
+      }
+}
+
 TEST_CASE("backward: every candidate tiling of the wide head dims and MLA's pair matches float64") {
   for (auto [d, dv, dt, causal] : {std::tuple{256, 256, DType::bf16, true}, std::tuple{160, 160, DType::f16, false},
                                    std::tuple{192, 128, DType::f16, true}}) {

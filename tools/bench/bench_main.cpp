@@ -46,11 +46,15 @@ Result<KernelVariant> variant_for(const Engine& engine, const AttentionArgs& arg
   return plan->variant;
 }
 
-// What a backward case runs: the variant backward() picks on `arch`.
-Result<KernelVariant> backward_variant(const Engine& engine, const BackwardArgs& args, const Arch& arch) {
+// What a backward case runs: the variant backward() picks on `arch`, or with `family` (a backward
+// family, named-only ones included) that family's default tiling for the same semantics.
+Result<KernelVariant> backward_variant(const Engine& engine, const BackwardArgs& args, const Arch& arch,
+                                       const std::string& family) {
   auto plan = engine.plan_backward(args, arch.name());
-  if (!plan.ok()) return std::move(plan).error();
-  return plan->variant;
+  if (!plan.ok() || family.empty()) return plan.ok() ? Result<KernelVariant>(plan->variant) : std::move(plan).error();
+  auto tilings = default_tilings(family, arch, plan->variant.semantics);
+  if (!tilings.ok()) return std::move(tilings).error();
+  return KernelVariant{family, plan->variant.semantics, tilings.value().front()};
 }
 
 // What --tilings names for `variant`: its own tiling (default), every candidate of its family
@@ -95,9 +99,14 @@ int run(int argc, char** argv) {
   app.add_option("--causal", causal, "no, yes or both")->check(tools::one_of({"no", "yes", "both"}))->capture_default_str();
   app.add_option("--tilings", tilings, "default, all (every candidate), or a list like m128n64w4s2,m64n64w4s2")
       ->capture_default_str();
-  app.add_option("--family", family_name, "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90, ...)")
-      ->check(tools::one_of(kernel_family_names()));
-  app.add_option("--pass", pass, "forward, or backward (dq, dk, dv from the forward's o and lse; --family is ignored)")
+  app.add_option("--family", family_name,
+                 "time this kernel family instead of the one dispatch picks (fa2_sm80, fa3_sm90; bwd_sm80, bwd_sm90 "
+                 "with --pass backward)")
+      ->check([](const std::string& name) {
+        auto p = family_pass(name);
+        return p.ok() ? std::string() : p.error().message();
+      });
+  app.add_option("--pass", pass, "forward, or backward (dq, dk, dv from the forward's o and lse)")
       ->check(tools::one_of({"forward", "backward"}))
       ->capture_default_str();
   app.add_option("--warmup", warmup, "untimed calls first")->check(tools::at_least(0))->capture_default_str();
@@ -109,6 +118,9 @@ int run(int argc, char** argv) {
       ->expected(2);
   app.callback([&] {
     if (pass == "backward" && !window.empty()) throw CLI::ValidationError("--window", "is not timed for --pass backward");
+    if (!family_name.empty() && pass_name(family_pass(family_name).value()) != pass)
+      throw CLI::ValidationError("--family", family_name + " is a " + pass_name(family_pass(family_name).value()) +
+                                                 " family; --pass is " + pass);
     for (int d : dims)
       if (query_heads(hidden, d) % group != 0)
         throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
@@ -177,7 +189,7 @@ int run(int argc, char** argv) {
           bargs.dk = TensorView::bshd(grads[1].ptr(), base.dtype, spec.batch, s, spec.heads_kv, d);
           bargs.dv = TensorView::bshd(grads[2].ptr(), base.dtype, spec.batch, s, spec.heads_kv, d);
         }
-        auto planned = backward ? backward_variant(*engine, bargs, arch) : variant_for(*engine, args, arch, family_name);
+        auto planned = backward ? backward_variant(*engine, bargs, arch, family_name) : variant_for(*engine, args, arch, family_name);
         if (!planned.ok() && !family_name.empty()) return usage_error("--family: " + planned.error().message());
         if (!planned.ok()) return std::fprintf(stderr, "%s\n", planned.error().to_string().c_str()), tools::kExitFailed;
         const KernelVariant& variant = planned.value();

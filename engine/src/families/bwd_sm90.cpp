@@ -1,0 +1,100 @@
+// Host side of the bwd_sm90 family (templates/bwd_sm90/): the backward pass on Hopper's wgmma,
+// first cut (docs/design/hopper_backward.md, step 1). It serves 16-bit MHA with no mask at head
+// dims 64 and 128, and is named-only (kernel_family.hpp): the engine picks bwd_sm80 until this one
+// is faster, so a caller names its tiling (Engine::backward_with_tiling) to run it.
+// bwd_launches.hpp has the three launches; preprocess and convert are bwd_sm80's, at 4 warps.
+#include "bwd_launches.hpp"
+#include "kernel_family.hpp"
+#include "templates/bwd_sm80/layout.cuh"
+#include "templates/bwd_sm90/layout.cuh"
+
+namespace flashjit {
+namespace {
+
+enum Bwd90Knob { kBlockM, kBlockN, kMmaWarpgroups };
+const KnobTable kKnobs{"bwd_sm90",
+                       {{"block_m", "m", "kBlockM", "query rows per Q block (the N of S^T = K.Q^T's wgmma)"},
+                        {"block_n", "n", "kBlockN", "keys per CTA: 64 per MMA warpgroup (the M of every dK/dV wgmma)"},
+                        {"mma_warpgroups", "g", "kMmaWarpgroups", "warpgroups issuing the wgmmas"}}};
+
+constexpr int kPriority = 110;        // after bwd_sm80, for when it joins the list the engine picks from
+constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
+constexpr int kWarpgroupThreads = 128;
+const Tiling kOnly(kKnobs, {64, 64, 1});  // step 1's one shape
+
+fj_layout::Bwd90Layout layout_of(const Semantics& s, const Tiling& t) {
+  return fj_layout::bwd90_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
+}
+
+// bwd_sm80's layout at the shape its preprocess and convert run with here (for convert's tile).
+fj_layout::BwdLayout aux_layout_of(const Semantics& s, const Tiling& t) {
+  return fj_layout::bwd_layout(int(dtype_size(s.dtype)), s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN], kAuxWarps, 1);
+}
+
+// s with only what this family serves kept: it serves s where the two are equal.
+Semantics served_part(const Semantics& s) {
+  Semantics plain;
+  plain.dtype = s.dtype;
+  plain.head_dim_qk = s.head_dim_qk;
+  plain.head_dim_v = s.head_dim_v;
+  plain.write_lse = s.write_lse;
+  plain.vec = s.vec;
+  return plain;
+}
+
+class BwdSm90 final : public KernelFamilyBase {
+ public:
+  BwdSm90() : KernelFamilyBase(kKnobs, "bwd_sm90/family.cu", kPriority) {}
+
+  Pass pass() const override { return Pass::backward; }
+
+  const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
+    if (arch.major != 9 || arch.suffix != 'a') return "needs sm_90a (wgmma)";
+    if (s.dtype == DType::f32) return "fp32 stays on bwd_sm80";
+    if (s.head_dim_qk != s.head_dim_v || (s.head_dim_qk != 64 && s.head_dim_qk != 128))
+      return "head dims 64 and 128 (q, k and v alike) so far; the others stay on bwd_sm80";
+    if (s.vec != 8) return "16-byte rows with a contiguous head dim (vec 8)";
+    if (s != served_part(s))
+      return "no mask, GQA, varlen, kv_lens, window, softcap, ALiBi, sinks or deterministic mode yet: those stay on bwd_sm80";
+    return smem_refusal(*this, arch, s);
+  }
+
+  Status check_tiling(const Semantics&, const Tiling& t) const override {
+    FJ_TRY(check_table(t));
+    if (t != kOnly) return broken(t, "the first cut has one shape: block_m 64, block_n 64, one MMA warpgroup");
+    return {};
+  }
+
+  int min_smem_bytes(const Semantics& s) const override { return layout_of(s, kOnly).smem_bytes; }
+  Tiling default_tiling(const Arch&, const Semantics&, const ProblemShape*) const override { return kOnly; }
+  std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
+    if (refusal(arch, s, nullptr)) return {};
+    return {kOnly};
+  }
+  TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
+
+  std::vector<EntryPoint> entry_points(const KernelVariant& v) const override {
+    return {{"flashjit_bwd_preprocess", 0},
+            {"flashjit_bwd_main", layout_of(v.semantics, v.tiling).smem_bytes},
+            {"flashjit_bwd_convert", aux_layout_of(v.semantics, v.tiling).convert_smem_bytes}};
+  }
+
+  Status plan(const AttentionProblem& p, const KernelVariant& v, const DeviceContextInfo&, WorkspaceSource& workspace,
+              LaunchPlan& out) const override {
+    const Tiling& t = v.tiling;
+    return plan_backward_launches(p, v, workspace,
+                                  {t[kBlockM], t[kBlockN], unsigned(kAuxWarps * 32),
+                                   unsigned(t[kMmaWarpgroups] * kWarpgroupThreads), layout_of(v.semantics, t).smem_bytes,
+                                   aux_layout_of(v.semantics, t).convert_smem_bytes},
+                                  out);
+  }
+};
+
+}  // namespace
+
+const KernelFamily& bwd_sm90_family() {
+  static const BwdSm90 family;
+  return family;
+}
+
+}  // namespace flashjit

@@ -1,0 +1,51 @@
+// Shared-memory layout of the bwd_sm90 main kernel, included by the kernel and by the host (which
+// needs the byte count to launch and to prune tilings without a GPU): one definition.
+//
+// Every 16-bit tile is stored as fa3_sm90's are: atoms of 64 head-dim elements (128 bytes) by the
+// tile's rows, one atom after another along the head dim, the 16-byte chunk c of row r at chunk
+// c ^ (r % 8) (the 128-byte swizzle wgmma's descriptors name). K and V stay for the whole kernel;
+// Q and dO are one Q block's; dS is the Q block's dS with queries as rows (dQ = dS.K reads it as
+// its A operand); LSE and D are the Q block's rows' statistics (fp32).
+#pragma once
+
+namespace fj_layout {
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define FJ_BWD90_FN __host__ __device__ constexpr
+#else
+#define FJ_BWD90_FN constexpr
+#endif
+
+constexpr int kBwd90AtomElems = 64;    // 16-bit elements in one 128-byte swizzled row
+constexpr int kBwd90AtomBytes = 128;
+constexpr int kBwd90Align = 1024;      // the swizzle repeats every 8 rows: tiles start aligned to it
+constexpr int kBwd90StatBytes = 4;     // LSE and D: fp32
+
+struct Bwd90Layout {
+  int atoms_qk, atoms_v;  // head dims / 64, rounded up
+  int k, v, q, dout, ds, lse, dpsum;  // byte offsets from the (1024-aligned) start
+  int smem_bytes;         // including the alignment slack of the dynamic shared memory start
+};
+
+FJ_BWD90_FN int bwd90_round_up(int x, int to) { return (x + to - 1) / to * to; }
+
+FJ_BWD90_FN Bwd90Layout bwd90_layout(int head_dim_qk, int head_dim_v, int block_m, int block_n) {
+  Bwd90Layout l{};
+  l.atoms_qk = (head_dim_qk + kBwd90AtomElems - 1) / kBwd90AtomElems;
+  l.atoms_v = (head_dim_v + kBwd90AtomElems - 1) / kBwd90AtomElems;
+  const int row_qk = l.atoms_qk * kBwd90AtomBytes, row_v = l.atoms_v * kBwd90AtomBytes;
+  l.k = 0;
+  l.v = l.k + block_n * row_qk;
+  l.q = l.v + block_n * row_v;
+  l.dout = l.q + block_m * row_qk;
+  // dS: block_m query rows of block_n keys, in atoms of 64 keys.
+  l.ds = l.dout + block_m * row_v;
+  l.lse = l.ds + bwd90_round_up(block_n, kBwd90AtomElems) / kBwd90AtomElems * block_m * kBwd90AtomBytes;
+  l.dpsum = l.lse + block_m * kBwd90StatBytes;
+  l.smem_bytes = l.dpsum + block_m * kBwd90StatBytes + kBwd90Align;
+  return l;
+}
+
+#undef FJ_BWD90_FN
+
+}  // namespace fj_layout
