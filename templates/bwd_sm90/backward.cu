@@ -1,14 +1,17 @@
-// bwd_sm90 main kernel, first cut (docs/design/hopper_backward.md, step 1): a CTA of one MMA
-// warpgroup owns kBlockN keys of one head (K and V stay in shared memory) and walks every Q block
-// of kBlockM rows:
+// bwd_sm90 main kernel (docs/design/hopper_backward.md, steps 1 and 2 without the producer): a
+// CTA of kMmaWarpgroups warpgroups keeps kBlockN keys of K and V of one head in shared memory,
+// 64 keys a warpgroup, and walks every Q block of kBlockM rows:
 //   S^T = K.Q^T and dP^T = V.dO^T   wgmma, both operands from shared memory (keys are the rows,
 //                                   so P^T and dS^T come out in the A-operand layout dV and dK need)
 //   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)       per column (query): preprocess's rows
 //   dV += P^T.dO, dK += dS^T.Q      wgmma with A from registers, dO and Q read N-major
-//   dQ = dS.K                       dS through shared memory (queries as rows), added into the fp32
-//                                   accumulator with vector reductions in bwd_sm80's slot order
-// then writes dK (times the softmax scale) and dV. Q blocks load with cp.async, one at a time:
-// the producer warp, TMA rings and the second warpgroup come in the next steps.
+//   dQ = dS.K                       dS of every warpgroup's keys through shared memory (queries as
+//                                   rows); each warpgroup takes a share of dQ's columns over all
+//                                   the keys and adds it into the fp32 accumulator with vector
+//                                   reductions, in bwd_sm80's slot order
+// then writes dK (times the softmax scale) and dV. The next Q block's copies (cp.async, every
+// thread) land in the other of two buffers under this one's products; a producer warp with TMA
+// rings comes next.
 //
 // Rows past the sequence: K/V rows past len_k are zeros (S = 0 there, and their dK/dV rows are
 // never stored; zero K rows add nothing to dQ); Q/dO rows past len_q are zeros, and preprocess
@@ -23,18 +26,25 @@ namespace fj::bwd90 {
 using namespace fj::sm90;
 
 // Rows [0, kRows) of a 16-bit tile with kCols contiguous columns into the swizzled atom layout
-// (layout.cuh); rows at or past rows_valid (>= 1) become zeros.
+// (layout.cuh); rows at or past rows_valid (>= 1) become zeros. Each thread keeps one 16-byte
+// column chunk and steps down the rows by a multiple of 8, so its swizzled offset is fixed and
+// each copy costs an address add and a compare (the per-copy index arithmetic of a plain strided
+// loop was most of the main kernel's instructions).
 template <int kRows, int kCols>
 FJ_DEVICE void load_tile(unsigned char* tile, const Elem* src, long long row_stride, int rows_valid, int tid) {
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kAtomChunks = kAtomBytes / 16;
-#pragma unroll 4
-  for (int i = tid; i < kRows * kChunksPerRow; i += kMmaThreads) {
-    const int row = i / kChunksPerRow, chunk = i % kChunksPerRow;
-    const int atom = chunk / kAtomChunks, c = chunk % kAtomChunks;
-    unsigned char* dst = tile + (atom * kRows + row) * kAtomBytes + (c ^ (row % 8)) * 16;
+  constexpr int kRowStep = kMmaThreads / kChunksPerRow;
+  static_assert(kMmaThreads % kChunksPerRow == 0 && kRows % kRowStep == 0 && kRowStep % 8 == 0,
+                "every thread copies whole rows' chunks at one swizzle phase");
+  const int chunk = tid % kChunksPerRow, row0 = tid / kChunksPerRow;
+  unsigned char* dst = tile + (chunk / kAtomChunks * kRows + row0) * kAtomBytes + (chunk % kAtomChunks ^ row0 % 8) * 16;
+  const Elem* from = src + chunk * 8;
+#pragma unroll
+  for (int n = 0; n < kRows / kRowStep; ++n) {
+    const int row = row0 + n * kRowStep;
     const bool valid = row < rows_valid;
-    cp_async<16>(dst, src + (valid ? row : 0) * row_stride + chunk * 8, valid ? 16 : 0);
+    cp_async<16>(dst + n * kRowStep * kAtomBytes, from + (valid ? row : 0) * row_stride, valid ? 16 : 0);
   }
 }
 
@@ -68,22 +78,35 @@ FJ_DEVICE void fence_acc(float (&r)[kRegs]) {
 // P^T and dS^T of one Q block from S^T and dP^T (in place of them), packed per 16 queries as
 // wgmma's register A fragments (n8 tiles 2kk and 2kk + 1 of the accumulators). Column c of the
 // accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}.
+// lse and dsum: the block's rows in row_stat_slot order.
 FJ_DEVICE void probs_and_grads(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], const float* lse, const float* dsum,
                                float score_scale, int lane, unsigned (&pa)[kBlockM / 16][4],
                                unsigned (&da)[kBlockM / 16][4]) {
-  const int c0 = 2 * (lane % 4);
-#pragma unroll
-  for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = 8 * j + c0 + (e & 1);
-      float& s = st[4 * j + e];
-      float& d = dpt[4 * j + e];
-      s = exp2_approx(fmaf(s, score_scale, -lse[c]));
-      d = s * (d - dsum[c]);
-    }
+  // Column 8j + 2t + e (t = lane % 4) is row_stat_slot (2t + e) * 8 + j: for each e, a thread's
+  // columns' statistics are 8 consecutive floats, two 16-byte loads (4 j's: two kk's).
+  const int t2 = 2 * (lane % 4);
+  static_assert(kBlockM == 64, "row_stat_slot(8j + r) = r * 8 + j for 64-row blocks");
+  // 16 queries at a time, packed as soon as formed: S^T and dP^T die as P^T and dS^T are made
+  // (with dK and dV held, forming all of them first spilled at head dim 128).
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) {
+    float4 l[2], ds[2];  // [e]: j = 4 (kk / 2) .. + 3
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * 8 + kk / 2 * 4);
+      ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * 8 + kk / 2 * 4);
+    }
+#pragma unroll
+    for (int j = 2 * kk; j < 2 * kk + 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* lj = reinterpret_cast<const float*>(&l[e & 1]);
+        const float* dj = reinterpret_cast<const float*>(&ds[e & 1]);
+        float& s = st[4 * j + e];
+        float& d = dpt[4 * j + e];
+        s = exp2_approx(fmaf(s, score_scale, -lj[j % 4]));
+        d = s * (d - dj[j % 4]);
+      }
     const float *lo = st + 8 * kk, *hi = lo + 4, *dlo = dpt + 8 * kk, *dhi = dlo + 4;
     pa[kk][0] = pack(lo[0], lo[1]), pa[kk][1] = pack(lo[2], lo[3]), pa[kk][2] = pack(hi[0], hi[1]), pa[kk][3] = pack(hi[2], hi[3]);
     da[kk][0] = pack(dlo[0], dlo[1]), da[kk][1] = pack(dlo[2], dlo[3]), da[kk][2] = pack(dhi[0], dhi[1]),
@@ -92,37 +115,64 @@ FJ_DEVICE void probs_and_grads(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 
 }
 
 // dS with queries as rows (dQ = dS.K's A operand, K-major) from dS^T's A fragments: element
-// (key r, query c) at row c, key column r of the swizzled atoms of 64 keys.
+// (key r, query c) at row c, key column r of the swizzled atoms of 64 keys. warp: of the CTA (its
+// warpgroup's keys start at 64 per warpgroup).
 FJ_DEVICE void store_ds(unsigned char* ds_tile, const unsigned (&da)[kBlockM / 16][4], int warp, int lane) {
-  const unsigned base = smem_addr(ds_tile);
+  // Key r = 64 (warp / 4) + 16 (warp % 4) + 8 (i & 1) + g and query c = 16 kk + 8 (i >> 1) + 2t + h
+  // (g = lane / 4, t = lane % 4): the atom, r % 8 and the XOR's two sides are the thread's own
+  // but for (i & 1) and h, so four swizzled chunk offsets serve every store.
+  const int g = lane / 4, t = lane % 4;
+  const unsigned base = smem_addr(ds_tile) + unsigned((warp / 4) * kBlockM * kAtomBytes + 2 * t * kAtomBytes + 2 * g);
+  unsigned chunk[2][2];  // [i & 1][h]
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      chunk[hi][h] = unsigned(((2 * (warp % 4) + hi) ^ (2 * t + h)) * 16 + h * kAtomBytes);
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = 16 * warp + lane / 4 + 8 * (i & 1);                // key: A fragment rows g, g + 8
-        const int c = 16 * kk + 8 * (i >> 1) + 2 * (lane % 4) + half;   // query: columns 2t, 2t + 8
-        const unsigned at = unsigned(r / kAtomElems * kBlockM + c) * kAtomBytes +
-                            unsigned(((r % kAtomElems) / 8) ^ (c % 8)) * 16 + unsigned(r % 8) * 2;
-        st_shared_u16(base + at, static_cast<unsigned short>(da[kk][i] >> (16 * half)));
-      }
+      for (int h = 0; h < 2; ++h)
+        st_shared_u16(base + unsigned((16 * kk + 8 * (i >> 1)) * kAtomBytes) + chunk[i & 1][h],
+                      static_cast<unsigned short>(da[kk][i] >> (16 * h)));
 }
 
-// accum (the Q block's fp32 dQ) += scale * this thread's 64-column chunk ch of dS.K. A thread's
-// 4 values of an n8 tile (rows g and g + 8, columns 2t and 2t + 1 of its warp's 16 rows) are one
-// m16n8 fragment of bwd_sm80's 4-warp dQ split, which convert reads back: one vector reduction.
-FJ_DEVICE void add_dq_chunk(float* accum, const float (&dq)[kDqChunk / 2], int ch, int warp, int lane, float scale) {
+// accum (the Q block's fp32 dQ) += scale * this warpgroup's dQ columns [col0, col0 + kDqChunk) of
+// dS.K. A thread's 4 values of an n8 tile (rows g and g + 8, columns 2t and 2t + 1 of its warp's
+// 16 rows) are one m16n8 fragment of bwd_sm80's 4-warp dQ split, which convert reads back: one
+// vector reduction. wg_warp: the warp within its warpgroup (its rows of the Q block).
+FJ_DEVICE void add_dq_chunk(float* accum, const float (&dq)[kDqChunk / 2], int col0, int wg_warp, int lane,
+                            float scale) {
   using namespace fj::bwd;
-  const int r0 = 16 * warp;
+  const int r0 = 16 * wg_warp;
   const int warp_m = r0 / kDqRows, mt = r0 % kDqRows / 16;
 #pragma unroll
   for (int j = 0; j < kDqChunk / 8; ++j) {
-    const int c0 = ch * kDqChunk + 8 * j;
+    const int c0 = col0 + 8 * j;
     const int warp_n = c0 / kDqCols, nt = c0 % kDqCols / 8;
     const int owner = (warp_n * kDqWarpsM + warp_m) * 32 + lane;
     red_add_v4(accum + dq_slot(mt * kDqNTiles + nt, 0, owner), dq[4 * j] * scale, dq[4 * j + 1] * scale,
                dq[4 * j + 2] * scale, dq[4 * j + 3] * scale);
+  }
+}
+
+// One Q block's Q, dO, LSE and D into stage buffers (LSE and D as the workspace holds them, in
+// row_stat_slot order: 16-byte copies).
+FJ_DEVICE void load_q_block(unsigned char* stage, const FjBackwardParams& p, const Sequence& seq, int head,
+                            long long ws_head, int m0, int tid) {
+  const FjAttentionParams& f = p.fwd;
+  using fj::bwd::row_at;
+  load_tile<kBlockM, kHeadDimQK>(stage, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head),
+                                 f.q_stride[1], seq.len_q - m0, tid);
+  load_tile<kBlockM, kHeadDimV>(stage + (kLayout.dout - kLayout.q),
+                                row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
+                                p.dout_stride[1], seq.len_q - m0, tid);
+  constexpr int kFloatsPer16B = 4;  // the workspace rows of a Q block start 64-byte aligned
+  for (int c = tid; c < kBlockM / kFloatsPer16B; c += kMmaThreads) {
+    cp_async<16>(stage + (kLayout.lse - kLayout.q) + c * 16, p.lse_log2 + ws_head + m0 + c * kFloatsPer16B, 16);
+    cp_async<16>(stage + (kLayout.dpsum - kLayout.q) + c * 16, p.dpsum + ws_head + m0 + c * kFloatsPer16B, 16);
   }
 }
 
@@ -154,13 +204,13 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
                                     fj_layout::kBwd90Align);
   unsigned char* k_tile = smem + kLayout.k;
   unsigned char* v_tile = smem + kLayout.v;
-  unsigned char* q_tile = smem + kLayout.q;
-  unsigned char* do_tile = smem + kLayout.dout;
   unsigned char* ds_tile = smem + kLayout.ds;
-  float* lse = reinterpret_cast<float*>(smem + kLayout.lse);
-  float* dsum = reinterpret_cast<float*>(smem + kLayout.dpsum);
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // Through a warp reduction the warpgroup is warp-uniform to ptxas (fa3_sm90/forward.cu): its
+  // descriptors stay in uniform registers.
+  const int wg = int(__reduce_min_sync(0xffffffffu, unsigned(tid / 128)));
+  const int wg_warp = warp % 4;
   const int n0 = blockIdx.x * kBlockN, head = blockIdx.y;
   const Sequence seq = sequence_of(f, blockIdx.z);
   const int keys = seq.len_k - n0;  // >= 1: the grid covers the keys
@@ -168,39 +218,44 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
                                  f.k_stride[1], keys, tid);
   load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, head),
                                 f.v_stride[1], keys, tid);
-  cp_async_commit();
+  const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
+  const int m_blocks = (seq.len_q + kBlockM - 1) / kBlockM;
+  if (m_blocks > 0) load_q_block(smem + kLayout.q, p, seq, head, ws_head, 0, tid);
+  cp_async_commit();  // K, V and the first Q block: one group
 
+  // This warpgroup's keys: rows [64 wg, 64 wg + 64) of the K and V tiles.
+  const unsigned char* k_rows = k_tile + wg * kWgKeys * kAtomBytes;
+  const unsigned char* v_rows = v_tile + wg * kWgKeys * kAtomBytes;
   float dk[kDQK / 2], dv[kDV / 2];
 #pragma unroll
   for (int i = 0; i < kDQK / 2; ++i) dk[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < kDV / 2; ++i) dv[i] = 0.f;
-  const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
-  const int m_blocks = (seq.len_q + kBlockM - 1) / kBlockM;
   for (int mb = 0; mb < m_blocks; ++mb) {
     const int m0 = mb * kBlockM;
-    __syncthreads();  // every warp has waited for the last Q block's wgmmas (their shared reads)
-    load_tile<kBlockM, kHeadDimQK>(q_tile, row_at(static_cast<const Elem*>(f.q), f.q_stride, seq.batch, seq.q_start + m0, head),
-                                   f.q_stride[1], seq.len_q - m0, tid);
-    load_tile<kBlockM, kHeadDimV>(do_tile, row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
-                                  p.dout_stride[1], seq.len_q - m0, tid);
+    unsigned char* stage = smem + kLayout.q + (mb % kQStages) * kLayout.stage;
+    const unsigned char* q_tile = stage;
+    const unsigned char* do_tile = stage + (kLayout.dout - kLayout.q);
+    const float* lse = reinterpret_cast<const float*>(stage + (kLayout.lse - kLayout.q));
+    const float* dsum = reinterpret_cast<const float*>(stage + (kLayout.dpsum - kLayout.q));
+    // Every warp is done with the last Q block (its wgmmas waited for): the next block's copies
+    // may take the buffer it used, and dS may be written again.
+    __syncthreads();
+    if (mb + 1 < m_blocks)
+      load_q_block(smem + kLayout.q + ((mb + 1) % kQStages) * kLayout.stage, p, seq, head, ws_head, m0 + kBlockM, tid);
     cp_async_commit();
-    if (tid < kBlockM) {  // preprocess wrote every row of the block, in row_stat_slot order
-      lse[tid] = p.lse_log2[ws_head + m0 + fj::bwd::row_stat_slot(tid)];
-      dsum[tid] = p.dpsum[ws_head + m0 + fj::bwd::row_stat_slot(tid)];
-    }
-    cp_async_wait<0>();
-    fence_async_shared();  // the copies' and stores' bytes, to wgmma's reads (the async proxy)
+    cp_async_wait<1>();    // all but the next block's copies: this block's (and K, V) landed
+    fence_async_shared();  // the copies' bytes, to wgmma's reads (the async proxy)
     __syncthreads();
 
     float st[kBlockM / 2], dpt[kBlockM / 2];
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kDQK / kWgmmaK; ++k)
-      Wgmma<kBlockM>::template ss<kBf16, 0>(st, k_major<kBlockN>(k_tile, k), k_major<kBlockM>(q_tile, k), k > 0 ? 1 : 0);
+      Wgmma<kBlockM>::template ss<kBf16, 0>(st, k_major<kBlockN>(k_rows, k), k_major<kBlockM>(q_tile, k), k > 0 ? 1 : 0);
 #pragma unroll
     for (int k = 0; k < kDV / kWgmmaK; ++k)
-      Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_tile, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
+      Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(st);
@@ -210,7 +265,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     probs_and_grads(st, dpt, lse, dsum, f.scale_log2, lane, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
-    __syncthreads();
+    __syncthreads();  // every warpgroup's dS: dQ reads all the keys
 
     wgmma_fence();
 #pragma unroll
@@ -222,19 +277,22 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     wgmma_commit();
     float* accum = p.dq_accum + (ws_head + m0) * kDQK;
 #pragma unroll
-    for (int ch = 0; ch < kDQK / kDqChunk; ++ch) {
+    for (int ch = 0; ch < kDqWgCols / kDqChunk; ++ch) {
+      // Columns [col0, col0 + kDqChunk) of dQ: K's N-major operand starts at that column of its atom.
+      const int col0 = wg * kDqWgCols + ch * kDqChunk;
+      const unsigned char* k_cols = k_tile + col0 / kAtomElems * kBlockN * kAtomBytes + col0 % kAtomElems * 2;
       float dq[kDqChunk / 2];
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kBlockN / kWgmmaK; ++k)
-        Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_tile, k),
-                                               n_major<kBlockN>(k_tile + ch * kBlockN * kAtomBytes, k), k > 0 ? 1 : 0);
+        Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_tile, k), n_major<kBlockN>(k_cols, k), k > 0 ? 1 : 0);
       wgmma_commit();
       wgmma_wait<0>();
       fence_acc(dq);
-      add_dq_chunk(accum, dq, ch, warp, lane, p.scale);
+      add_dq_chunk(accum, dq, col0, wg_warp, lane, p.scale);
     }
   }
+  cp_async_wait<0>();  // with no Q block, K and V's copies are still in flight
   fence_acc(dk);
   fence_acc(dv);
   store_rows<kDQK>(static_cast<Elem*>(p.dk), p.dk_stride, seq, head, n0, dk, p.scale, warp, lane);

@@ -2,9 +2,9 @@
 // (the semantics every family gets, and this family's tiling: kBlockM, kBlockN,
 // kMmaWarpgroups), and the two constants bwd_sm80's preprocess and convert take besides.
 //
-// First cut (docs/design/hopper_backward.md, step 1): one MMA warpgroup owns a block of 64 keys
-// and walks every Q block of 64 rows; no mask, no GQA, head dims 64 and 128. The host refuses
-// the rest, which stays on bwd_sm80.
+// So far (docs/design/hopper_backward.md, steps 1 and 2 without the producer): one or two MMA
+// warpgroups own 64 keys each of the CTA's block and walk every Q block of 64 rows together; no
+// mask, no GQA, head dims 64 and 128. The host refuses the rest, which stays on bwd_sm80.
 #pragma once
 
 namespace fj::cfg {
@@ -28,11 +28,11 @@ using fj::bwd::kDQK;
 using fj::bwd::kDV;
 
 static_assert(k16Bit, "bwd_sm90: 16-bit inputs (the host keeps fp32 on bwd_sm80)");
-static_assert(kMmaWarpgroups == 1 && kBlockM == 64 && kBlockN == 64,
-              "bwd_sm90 step 1: one MMA warpgroup, 64 keys a CTA, Q blocks of 64 rows");
-static_assert(kHeadDimQK == kHeadDimV && (kHeadDimQK == 64 || kHeadDimQK == 128), "bwd_sm90 step 1: head dims 64 and 128");
+static_assert((kMmaWarpgroups == 1 || kMmaWarpgroups == 2) && kBlockM == 64 && kBlockN == 64 * kMmaWarpgroups,
+              "bwd_sm90: one or two MMA warpgroups of 64 keys each, Q blocks of 64 rows");
+static_assert(kHeadDimQK == kHeadDimV && (kHeadDimQK == 64 || kHeadDimQK == 128), "bwd_sm90: head dims 64 and 128 so far");
 static_assert(!kCausal && !kWindow && !kGqa && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSinks && !kDeterministic,
-              "bwd_sm90 step 1: no mask, GQA or other semantics (the host refuses them)");
+              "bwd_sm90: no mask, GQA or other semantics so far (the host refuses them)");
 
 constexpr bool kBf16 = kDtype == kBF16;
 constexpr int kMmaThreads = 128 * kMmaWarpgroups;
@@ -41,8 +41,13 @@ constexpr int kAtomElems = fj_layout::kBwd90AtomElems;
 constexpr int kAtomBytes = fj_layout::kBwd90AtomBytes;
 constexpr int kStepsPerAtom = kAtomElems / kWgmmaK;
 constexpr unsigned kGroupStride = 8 * kAtomBytes;  // 8 rows: the swizzle's repeat
-constexpr int kDqChunk = 64;  // dQ's columns a wgmma group: one atom of K, 32 accumulators a thread
-static_assert(kDQK % kDqChunk == 0, "dQ in whole 64-column chunks");
+constexpr int kWgKeys = 64;  // keys a warpgroup owns: the M of its S^T, dP^T, dV and dK wgmmas
+// dQ = dS.K splits its head dim among the warpgroups (each reads every key's dS, so each column
+// is added once a Q block), in chunks of at most 64 columns: 32 accumulators a thread each.
+constexpr int kDqWgCols = kDQK / kMmaWarpgroups;
+constexpr int kDqChunk = kDqWgCols < 64 ? kDqWgCols : 64;
+static_assert(kDqWgCols % kDqChunk == 0 && kDqChunk % 16 == 0, "dQ in whole chunks of a multiple of 16 columns");
+constexpr int kQStages = fj_layout::kBwd90Stages;  // Q blocks in shared memory (layout.cuh)
 
 constexpr fj_layout::Bwd90Layout kLayout = fj_layout::bwd90_layout(kHeadDimQK, kHeadDimV, kBlockM, kBlockN);
 

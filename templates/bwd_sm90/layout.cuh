@@ -4,8 +4,9 @@
 // Every 16-bit tile is stored as fa3_sm90's are: atoms of 64 head-dim elements (128 bytes) by the
 // tile's rows, one atom after another along the head dim, the 16-byte chunk c of row r at chunk
 // c ^ (r % 8) (the 128-byte swizzle wgmma's descriptors name). K and V stay for the whole kernel;
-// Q and dO are one Q block's; dS is the Q block's dS with queries as rows (dQ = dS.K reads it as
-// its A operand); LSE and D are the Q block's rows' statistics (fp32).
+// Q, dO and their rows' LSE and D (fp32, in the workspace's row_stat_slot order) come in
+// kBwd90Stages buffers, the next Q block's landing under this one's products; dS is the Q
+// block's dS with queries as rows (dQ = dS.K reads it as its A operand), in atoms of 64 keys.
 #pragma once
 
 namespace fj_layout {
@@ -20,10 +21,12 @@ constexpr int kBwd90AtomElems = 64;    // 16-bit elements in one 128-byte swizzl
 constexpr int kBwd90AtomBytes = 128;
 constexpr int kBwd90Align = 1024;      // the swizzle repeats every 8 rows: tiles start aligned to it
 constexpr int kBwd90StatBytes = 4;     // LSE and D: fp32
+constexpr int kBwd90Stages = 2;        // Q blocks in shared memory: this one and the next, loading
 
 struct Bwd90Layout {
   int atoms_qk, atoms_v;  // head dims / 64, rounded up
-  int k, v, q, dout, ds, lse, dpsum;  // byte offsets from the (1024-aligned) start
+  int k, v, ds;           // byte offsets from the (1024-aligned) start
+  int q, dout, lse, dpsum, stage;  // stage 0's offsets; stage s is s * stage bytes further on
   int smem_bytes;         // including the alignment slack of the dynamic shared memory start
 };
 
@@ -36,13 +39,16 @@ FJ_BWD90_FN Bwd90Layout bwd90_layout(int head_dim_qk, int head_dim_v, int block_
   const int row_qk = l.atoms_qk * kBwd90AtomBytes, row_v = l.atoms_v * kBwd90AtomBytes;
   l.k = 0;
   l.v = l.k + block_n * row_qk;
-  l.q = l.v + block_n * row_v;
-  l.dout = l.q + block_m * row_qk;
   // dS: block_m query rows of block_n keys, in atoms of 64 keys.
-  l.ds = l.dout + block_m * row_v;
-  l.lse = l.ds + bwd90_round_up(block_n, kBwd90AtomElems) / kBwd90AtomElems * block_m * kBwd90AtomBytes;
+  l.ds = l.v + block_n * row_v;
+  const int stages = l.ds + bwd90_round_up(block_n, kBwd90AtomElems) / kBwd90AtomElems * block_m * kBwd90AtomBytes;
+  // A stage: Q, dO (both 1024-aligned: whole 8-row groups), then LSE and D; stages 1024-aligned.
+  l.q = stages;
+  l.dout = l.q + block_m * row_qk;
+  l.lse = l.dout + block_m * row_v;
   l.dpsum = l.lse + block_m * kBwd90StatBytes;
-  l.smem_bytes = l.dpsum + block_m * kBwd90StatBytes + kBwd90Align;
+  l.stage = bwd90_round_up(l.dpsum + block_m * kBwd90StatBytes - stages, kBwd90Align);
+  l.smem_bytes = stages + kBwd90Stages * l.stage + kBwd90Align;
   return l;
 }
 

@@ -276,8 +276,10 @@ TEST_CASE("backward: bwd_sm90 serves 16-bit MHA without a mask at head dims 64 a
     for (int d : {64, 128}) {
       const Semantics s = validate_backward(make(dt, d)).value().semantics;
       CHECK(f->refusal(sm90a, s, nullptr) == nullptr);
-      CHECK(f->candidate_tilings(sm90a, s) == std::vector<Tiling>{f->default_tiling(sm90a, s, nullptr)});
-      CHECK(f->check_tiling(s, f->default_tiling(sm90a, s, nullptr)).ok());
+      const std::vector<Tiling> candidates = f->candidate_tilings(sm90a, s);
+      REQUIRE(candidates.size() == 2);  // one MMA warpgroup of 64 keys, or two
+      CHECK(candidates.front() == f->default_tiling(sm90a, s, nullptr));
+      for (const Tiling& t : candidates) CHECK(f->check_tiling(s, t).ok());
     }
   const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
   auto refused = [&](Semantics t, const char* says) {
@@ -302,7 +304,9 @@ TEST_CASE("backward: bwd_sm90 serves 16-bit MHA without a mask at head dims 64 a
   t = s;
   t.dtype = DType::f32;
   refused(t, "fp32");
-  CHECK_FALSE(f->check_tiling(s, Tiling(f->knobs(), {128, 64, 1})).ok());
+  CHECK_FALSE(f->check_tiling(s, Tiling(f->knobs(), {128, 64, 1})).ok());  // block_m 64 only
+  CHECK_FALSE(f->check_tiling(s, Tiling(f->knobs(), {64, 128, 1})).ok());  // 64 keys a warpgroup
+  CHECK_FALSE(f->check_tiling(s, Tiling(f->knobs(), {64, 192, 3})).ok());
 }
 
 TEST_CASE("backward: bwd_sm80 tile rules and candidates") {

@@ -1,5 +1,5 @@
 // Host side of the bwd_sm90 family (templates/bwd_sm90/): the backward pass on Hopper's wgmma,
-// first cut (docs/design/hopper_backward.md, step 1). It serves 16-bit MHA with no mask at head
+// under construction (docs/design/hopper_backward.md, steps 1-2). It serves 16-bit MHA with no mask at head
 // dims 64 and 128, and is named-only (kernel_family.hpp): the engine picks bwd_sm80 until this one
 // is faster, so a caller names its tiling (Engine::backward_with_tiling) to run it.
 // bwd_launches.hpp has the three launches; preprocess and convert are bwd_sm80's, at 4 warps.
@@ -20,7 +20,10 @@ const KnobTable kKnobs{"bwd_sm90",
 constexpr int kPriority = 110;        // after bwd_sm80, for when it joins the list the engine picks from
 constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
 constexpr int kWarpgroupThreads = 128;
-const Tiling kOnly(kKnobs, {64, 64, 1});  // step 1's one shape
+constexpr int kWgKeys = 64;           // keys a warpgroup owns (the M of its wgmmas)
+// The shapes so far: one warpgroup of 64 keys (step 1), two sharing each Q block's loads (step 2).
+const Tiling kOne(kKnobs, {64, 64, 1});
+const Tiling kTwo(kKnobs, {64, 128, 2});
 
 fj_layout::Bwd90Layout layout_of(const Semantics& s, const Tiling& t) {
   return fj_layout::bwd90_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
@@ -61,15 +64,18 @@ class BwdSm90 final : public KernelFamilyBase {
 
   Status check_tiling(const Semantics&, const Tiling& t) const override {
     FJ_TRY(check_table(t));
-    if (t != kOnly) return broken(t, "the first cut has one shape: block_m 64, block_n 64, one MMA warpgroup");
+    if (t[kBlockM] != 64) return broken(t, "block_m must be 64 (the N of S^T's wgmma, one Q block)");
+    if (t[kMmaWarpgroups] < 1 || t[kMmaWarpgroups] > 2) return broken(t, "mma_warpgroups must be 1 or 2");
+    if (t[kBlockN] != kWgKeys * t[kMmaWarpgroups]) return broken(t, "block_n must be 64 keys per MMA warpgroup");
     return {};
   }
 
-  int min_smem_bytes(const Semantics& s) const override { return layout_of(s, kOnly).smem_bytes; }
-  Tiling default_tiling(const Arch&, const Semantics&, const ProblemShape*) const override { return kOnly; }
+  int min_smem_bytes(const Semantics& s) const override { return layout_of(s, kOne).smem_bytes; }
+  // Two warpgroups: each Q block's loads and dQ's reductions serve 128 keys instead of 64.
+  Tiling default_tiling(const Arch&, const Semantics&, const ProblemShape*) const override { return kTwo; }
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     if (refusal(arch, s, nullptr)) return {};
-    return {kOnly};
+    return {kTwo, kOne};
   }
   TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
 
