@@ -47,21 +47,14 @@ std::vector<const KernelFamily*> by_priority(std::vector<const KernelFamily*> f)
 const std::vector<const KernelFamily*>& kernel_families(Pass pass) {
   static const std::vector<const KernelFamily*> forward =
       by_priority({&fa2_sm80_family(), &decode_sm80_family(), &fa3_sm90_family()});
-  static const std::vector<const KernelFamily*> backward = by_priority({&bwd_sm80_family()});
+  static const std::vector<const KernelFamily*> backward = by_priority({&bwd_sm80_family(), &bwd_sm90_family()});
   return pass == Pass::forward ? forward : backward;
-}
-
-const std::vector<const KernelFamily*>& named_only_families() {
-  static const std::vector<const KernelFamily*> families{&bwd_sm90_family()};
-  return families;
 }
 
 const KernelFamily* find_family(std::string_view name) {
   for (Pass pass : {Pass::forward, Pass::backward})
     for (const auto* f : kernel_families(pass))
       if (name == f->name()) return f;
-  for (const auto* f : named_only_families())
-    if (name == f->name()) return f;
   return nullptr;
 }
 
@@ -95,7 +88,10 @@ Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const P
 std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s, Pass pass) {
   std::vector<const KernelFamily*> out;
   for (const auto* f : kernel_families(pass))
-    if (!f->refusal(arch, s, nullptr)) out.push_back(f);
+    if (!f->refusal(arch, s, nullptr)) {
+      out.push_back(f);
+      if (f->serves_every_shape()) break;  // the families after it never run these calls
+    }
   return out;
 }
 

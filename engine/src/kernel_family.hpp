@@ -43,6 +43,9 @@ class KernelFamily {
   // null when compiling ahead of time (any shape). The semantics have passed Semantics::check().
   // A static string: asked on every call.
   virtual const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape* shape) const = 0;
+  // Whether refusal() looks at the arch and semantics only: where this family serves, it serves
+  // every shape, so no family after it runs those calls, and ahead-of-time warmup skips them.
+  virtual bool serves_every_shape() const { return false; }
   // Shared memory of the family's smallest tiling for `s`: past an arch's limit no tiling fits,
   // and refusal() returns smem_refusal()'s reason. Cheap: refusal() runs on every call.
   virtual int min_smem_bytes(const Semantics& s) const = 0;
@@ -112,13 +115,9 @@ const char* smem_refusal(const KernelFamily& family, const Arch& arch, const Sem
 // (dtype, head dims, bytes needed, the arch's limit).
 std::string explain_refusal(const KernelFamily& family, const Arch& arch, const Semantics& s, const char* why_not);
 
-// Every family of one pass the engine picks from, in ascending priority.
+// Every family of one pass, in ascending priority.
 const std::vector<const KernelFamily*>& kernel_families(Pass pass = Pass::forward);
-// Families the engine never picks, nor warmup compiles, by itself: only a tiling that names one
-// runs it. A family under construction lives here until it beats the one it would replace
-// (bwd_sm90, docs/design/hopper_backward.md).
-const std::vector<const KernelFamily*>& named_only_families();
-const KernelFamily* find_family(std::string_view name);  // of either pass, named-only ones included
+const KernelFamily* find_family(std::string_view name);  // of either pass
 const KnobTable* family_knobs(std::string_view family);  // nullptr for an unknown family
 
 // The family that runs a problem: the first by priority that accepts it (dispatch path).
@@ -133,7 +132,8 @@ struct FamilyChoice {
 Result<FamilyChoice> choose_family(const Arch& arch, const Semantics& s, const ProblemShape* shape,
                                    Pass pass = Pass::forward);
 
-// Families that serve (arch, semantics) for some shape: what ahead-of-time warmup compiles.
+// Families that serve (arch, semantics) for some shape, up to the first that serves every shape:
+// what ahead-of-time warmup compiles.
 std::vector<const KernelFamily*> families_for(const Arch& arch, const Semantics& s, Pass pass = Pass::forward);
 
 // Checks a whole variant can be built for an arch (family known and willing, tiling valid, fits).

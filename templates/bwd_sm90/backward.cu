@@ -79,8 +79,11 @@ FJ_DEVICE void fence_acc(float (&r)[kRegs]) {
 // wgmma's register A fragments (n8 tiles 2kk and 2kk + 1 of the accumulators). Column c of the
 // accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}.
 // lse and dsum: the block's rows in row_stat_slot order.
+// kMasked (causal, a block the diagonal cuts): keys past query + diagonal get P = 0, where
+// diagonal = key of this thread's row g minus query of its column 2t (sequence offsets folded in).
+template <bool kMasked>
 FJ_DEVICE void probs_and_grads(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], const float* lse, const float* dsum,
-                               float score_scale, int lane, unsigned (&pa)[kBlockM / 16][4],
+                               float score_scale, int lane, int diagonal, unsigned (&pa)[kBlockM / 16][4],
                                unsigned (&da)[kBlockM / 16][4]) {
   // Column 8j + 2t + e (t = lane % 4) is row_stat_slot (2t + e) * 8 + j: for each e, a thread's
   // columns' statistics are 8 consecutive floats, two 16-byte loads (4 j's: two kk's).
@@ -104,6 +107,8 @@ FJ_DEVICE void probs_and_grads(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 
         const float* dj = reinterpret_cast<const float*>(&ds[e & 1]);
         float& s = st[4 * j + e];
         float& d = dpt[4 * j + e];
+        // Key g + 8 (e >> 1) against query 8j + (e & 1) (both beyond the thread's own offsets).
+        if (kMasked && 8 * (e >> 1) - 8 * j - (e & 1) > -diagonal) s = neg_inf();
         s = exp2_approx(fmaf(s, score_scale, -lj[j % 4]));
         d = s * (d - dj[j % 4]);
       }
@@ -211,29 +216,41 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   // descriptors stay in uniform registers.
   const int wg = int(__reduce_min_sync(0xffffffffu, unsigned(tid / 128)));
   const int wg_warp = warp % 4;
-  const int n0 = blockIdx.x * kBlockN, head = blockIdx.y;
+  const int n0 = blockIdx.x * kBlockN, kv_head = blockIdx.y;
   const Sequence seq = sequence_of(f, blockIdx.z);
   const int keys = seq.len_k - n0;  // >= 1: the grid covers the keys
-  load_tile<kBlockN, kHeadDimQK>(k_tile, row_at(static_cast<const Elem*>(f.k), f.k_stride, seq.batch, seq.k_start + n0, head),
+  load_tile<kBlockN, kHeadDimQK>(k_tile, row_at(static_cast<const Elem*>(f.k), f.k_stride, seq.batch, seq.k_start + n0, kv_head),
                                  f.k_stride[1], keys, tid);
-  load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, head),
+  load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, kv_head),
                                 f.v_stride[1], keys, tid);
-  const long long ws_head = (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
+  // The Q blocks that see a key of this block: under the causal mask (bottom-right aligned, query
+  // i sees keys up to i + offset) from the one holding query n0 - offset on; for every q-head of
+  // the KV head's group (GQA), one after another: dK and dV sum over all of them.
   const int m_blocks = (seq.len_q + kBlockM - 1) / kBlockM;
-  if (m_blocks > 0) load_q_block(smem + kLayout.q, p, seq, head, ws_head, 0, tid);
+  const int m_begin = kCausal ? min(max(0, n0 - seq.offset()) / kBlockM, m_blocks) : 0;
+  const int m_count = m_blocks - m_begin;
+  const int group = kGqa ? f.group : 1;
+  auto ws_head_of = [&](int head) {
+    return (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
+  };
+  if (m_count > 0) load_q_block(smem + kLayout.q, p, seq, kv_head * group, ws_head_of(kv_head * group), m_begin * kBlockM, tid);
   cp_async_commit();  // K, V and the first Q block: one group
 
   // This warpgroup's keys: rows [64 wg, 64 wg + 64) of the K and V tiles.
   const unsigned char* k_rows = k_tile + wg * kWgKeys * kAtomBytes;
   const unsigned char* v_rows = v_tile + wg * kWgKeys * kAtomBytes;
+  // This thread's row g of its warp's 16 keys, as a key of the sequence.
+  const int my_key = n0 + wg * kWgKeys + 16 * wg_warp + lane / 4;
   float dk[kDQK / 2], dv[kDV / 2];
 #pragma unroll
   for (int i = 0; i < kDQK / 2; ++i) dk[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < kDV / 2; ++i) dv[i] = 0.f;
-  for (int mb = 0; mb < m_blocks; ++mb) {
-    const int m0 = mb * kBlockM;
-    unsigned char* stage = smem + kLayout.q + (mb % kQStages) * kLayout.stage;
+  for (int it = 0; it < group * m_count; ++it) {
+    const int head = kv_head * group + it / m_count;
+    const int m0 = (m_begin + it % m_count) * kBlockM;
+    const long long ws_head = ws_head_of(head);
+    unsigned char* stage = smem + kLayout.q + (it % kQStages) * kLayout.stage;
     const unsigned char* q_tile = stage;
     const unsigned char* do_tile = stage + (kLayout.dout - kLayout.q);
     const float* lse = reinterpret_cast<const float*>(stage + (kLayout.lse - kLayout.q));
@@ -241,8 +258,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     // Every warp is done with the last Q block (its wgmmas waited for): the next block's copies
     // may take the buffer it used, and dS may be written again.
     __syncthreads();
-    if (mb + 1 < m_blocks)
-      load_q_block(smem + kLayout.q + ((mb + 1) % kQStages) * kLayout.stage, p, seq, head, ws_head, m0 + kBlockM, tid);
+    if (it + 1 < group * m_count) {
+      const int next_head = kv_head * group + (it + 1) / m_count;
+      load_q_block(smem + kLayout.q + ((it + 1) % kQStages) * kLayout.stage, p, seq, next_head, ws_head_of(next_head),
+                   (m_begin + (it + 1) % m_count) * kBlockM, tid);
+    }
     cp_async_commit();
     cp_async_wait<1>();    // all but the next block's copies: this block's (and K, V) landed
     fence_async_shared();  // the copies' bytes, to wgmma's reads (the async proxy)
@@ -262,7 +282,12 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     fence_acc(dpt);
 
     unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
-    probs_and_grads(st, dpt, lse, dsum, f.scale_log2, lane, pa, da);
+    // The diagonal cuts this block where its first query does not see the CTA's last key.
+    const int diagonal = my_key - (m0 + 2 * (lane % 4) + seq.offset());
+    if (kCausal && m0 + seq.offset() < n0 + kBlockN - 1)
+      probs_and_grads<true>(st, dpt, lse, dsum, f.scale_log2, lane, diagonal, pa, da);
+    else
+      probs_and_grads<false>(st, dpt, lse, dsum, f.scale_log2, lane, diagonal, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
     __syncthreads();  // every warpgroup's dS: dQ reads all the keys
@@ -295,6 +320,6 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   cp_async_wait<0>();  // with no Q block, K and V's copies are still in flight
   fence_acc(dk);
   fence_acc(dv);
-  store_rows<kDQK>(static_cast<Elem*>(p.dk), p.dk_stride, seq, head, n0, dk, p.scale, warp, lane);
-  store_rows<kDV>(static_cast<Elem*>(p.dv), p.dv_stride, seq, head, n0, dv, 1.f, warp, lane);
+  store_rows<kDQK>(static_cast<Elem*>(p.dk), p.dk_stride, seq, kv_head, n0, dk, p.scale, warp, lane);
+  store_rows<kDV>(static_cast<Elem*>(p.dv), p.dv_stride, seq, kv_head, n0, dv, 1.f, warp, lane);
 }

@@ -2,9 +2,10 @@
 // (the semantics every family gets, and this family's tiling: kBlockM, kBlockN,
 // kMmaWarpgroups), and the two constants bwd_sm80's preprocess and convert take besides.
 //
-// So far (docs/design/hopper_backward.md, steps 1 and 2 without the producer): one or two MMA
-// warpgroups own 64 keys each of the CTA's block and walk every Q block of 64 rows together; no
-// mask, no GQA, head dims 64 and 128. The host refuses the rest, which stays on bwd_sm80.
+// So far (docs/design/hopper_backward.md, steps 1, 2 without the producer, 5 and 6): one or two
+// MMA warpgroups own 64 keys each of the CTA's block and walk the Q blocks of 64 rows that see
+// them together, over every q-head of their KV head; no mask or causal, GQA, head dims 64 and
+// 128. The host refuses the rest, which stays on bwd_sm80.
 #pragma once
 
 namespace fj::cfg {
@@ -31,8 +32,8 @@ static_assert(k16Bit, "bwd_sm90: 16-bit inputs (the host keeps fp32 on bwd_sm80)
 static_assert((kMmaWarpgroups == 1 || kMmaWarpgroups == 2) && kBlockM == 64 && kBlockN == 64 * kMmaWarpgroups,
               "bwd_sm90: one or two MMA warpgroups of 64 keys each, Q blocks of 64 rows");
 static_assert(kHeadDimQK == kHeadDimV && (kHeadDimQK == 64 || kHeadDimQK == 128), "bwd_sm90: head dims 64 and 128 so far");
-static_assert(!kCausal && !kWindow && !kGqa && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSinks && !kDeterministic,
-              "bwd_sm90: no mask, GQA or other semantics so far (the host refuses them)");
+static_assert(!kWindow && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSinks && !kDeterministic,
+              "bwd_sm90: no mask but causal, no other semantics so far (the host refuses them)");
 
 constexpr bool kBf16 = kDtype == kBF16;
 constexpr int kMmaThreads = 128 * kMmaWarpgroups;

@@ -255,18 +255,19 @@ TEST_CASE("backward: forward calls never plan the backward family, and the rever
   REQUIRE(fwd.ok());
   CHECK(fwd->variant.family != "bwd_sm80");
   for (const KernelFamily* f : kernel_families()) CHECK(f->pass() == Pass::forward);
-  REQUIRE(kernel_families(Pass::backward).size() == 1);
-  CHECK(kernel_families(Pass::backward)[0] == &bwd());
+  // bwd_sm90 first: it serves a subset of bwd_sm80's calls on sm_90a, faster.
+  REQUIRE(kernel_families(Pass::backward).size() == 2);
+  CHECK(std::string(kernel_families(Pass::backward)[0]->name()) == "bwd_sm90");
+  CHECK(kernel_families(Pass::backward)[1] == &bwd());
   CHECK(find_family("bwd_sm80") == &bwd());
-  // bwd_sm90 serves a subset of bwd_sm80's calls, slower so far: only a tiling that names it runs it.
-  REQUIRE(named_only_families().size() == 1);
-  CHECK(find_family("bwd_sm90") == named_only_families()[0]);
-  auto plan = engine().plan_backward(b, "sm_90a");
-  REQUIRE(plan.ok());
-  CHECK(plan->variant.family == "bwd_sm80");
+  CHECK(engine().plan_backward(b, "sm_90a")->variant.family == "bwd_sm90");
+  CHECK(engine().plan_backward(b, "sm_80")->variant.family == "bwd_sm80");
+  BackwardArgs windowed = b;
+  windowed.forward.window = Window{8, 0};
+  CHECK(engine().plan_backward(windowed, "sm_90a")->variant.family == "bwd_sm80");
 }
 
-TEST_CASE("backward: bwd_sm90 serves 16-bit MHA without a mask at head dims 64 and 128 on sm_90a, and says why not elsewhere") {
+TEST_CASE("backward: bwd_sm90 serves 16-bit attention, causal or not, GQA, at head dims 64 and 128 on sm_90a, and says why not elsewhere") {
   const KernelFamily* f = find_family("bwd_sm90");
   REQUIRE(f);
   auto has = [](const char* text, const char* part) { return text && std::string(text).find(part) != std::string::npos; };
@@ -291,10 +292,10 @@ TEST_CASE("backward: bwd_sm90 serves 16-bit MHA without a mask at head dims 64 a
   CHECK(has(f->refusal(Arch::parse("sm_80").value(), s, nullptr), "sm_90a"));
   Semantics t = s;
   t.mask = Mask::causal;
-  refused(t, "no mask");
-  t = s;
   t.gqa = true;
-  refused(t, "GQA");
+  CHECK(f->refusal(sm90a, t, nullptr) == nullptr);
+  t.window = true;
+  refused(t, "window");
   t = s;
   t.deterministic = true;
   refused(t, "deterministic");

@@ -121,17 +121,20 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
   std::printf("bwd_sm80: compiled %zu variants in %.1f s (2 threads)\n", jobs.size(), s);
 }
 
-TEST_CASE("bwd_sm90: every variant compiles for sm_90a and exports the three entry points") {
+TEST_CASE("bwd_sm90: every variant (dtypes, head dims, masks, GQA, tilings) compiles for sm_90a and exports the three entry points") {
   const KernelFamily& f = *find_family("bwd_sm90");
   const Arch arch = Arch::parse("sm_90a").value();
   std::vector<std::pair<KernelVariant, Arch>> jobs;
   for (DType dt : {DType::f16, DType::bf16})
-    for (int d : {64, 128}) {
-      const Semantics s = backward_semantics(dt, d, Mask::none);
-      REQUIRE(f.refusal(arch, s, nullptr) == nullptr);
-      for (const Tiling& t : f.candidate_tilings(arch, s)) jobs.push_back({{"bwd_sm90", s, t}, arch});
-    }
-  CHECK(jobs.size() == 8);  // 2 dtypes x 2 head dims x 2 tilings
+    for (int d : {64, 128})
+      for (Mask m : {Mask::none, Mask::causal})
+        for (bool gqa : {false, true}) {
+          Semantics s = backward_semantics(dt, d, m);
+          s.gqa = gqa;
+          REQUIRE(f.refusal(arch, s, nullptr) == nullptr);
+          for (const Tiling& t : f.candidate_tilings(arch, s)) jobs.push_back({{"bwd_sm90", s, t}, arch});
+        }
+  CHECK(jobs.size() == 32);  // 2 dtypes x 2 head dims x 2 masks x GQA or not x 2 tilings
   const auto failures = compile_all(jobs);
   for (const auto& failure : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, failure);
   CHECK(failures.empty());

@@ -490,7 +490,7 @@ TEST_CASE("backward: wide head dims (160, 192, 256) and Dqk != Dv match float64,
 // bwd_sm90 (docs/design/hopper_backward.md, under construction) on the shapes it serves, every
 // tiling, run by naming it (the engine does not pick the family yet), on odd lengths (partial Q
 // and K/V blocks) and whole blocks, twice each for bit-identical dK and dV.
-TEST_CASE("backward: bwd_sm90 (wgmma, no mask, MHA, D 64/128), every tiling, matches float64, twice, on garbage gradients") {
+TEST_CASE("backward: bwd_sm90 (wgmma; no mask or causal, GQA, D 64/128), every tiling, matches float64, twice, on garbage gradients") {
   Fixture& f = Fixture::get();
   const std::string arch = f.gpu.info().arch;
   if (arch.rfind("sm_90", 0) != 0) {
@@ -499,11 +499,21 @@ TEST_CASE("backward: bwd_sm90 (wgmma, no mask, MHA, D 64/128), every tiling, mat
   }
   const KernelFamily* family = find_family("bwd_sm90");
   REQUIRE(family);
+  struct Shape {
+    std::int64_t sq, sk;
+    bool causal;
+    std::int64_t h, hkv;  // hkv 0: MHA
+  };
+  // Causal with more keys than queries (the diagonal starts inside a K/V block, whole blocks of
+  // keys before it) and more queries than keys (rows that see no key), GQA 6:2 and MQA 4:1.
+  const Shape shapes[] = {{77, 130, false, 3, 0}, {256, 192, false, 3, 0}, {1, 64, false, 3, 0}, {200, 3, false, 3, 0},
+                          {77, 130, true, 3, 0},  {256, 192, true, 3, 0},  {130, 77, true, 3, 0}, {300, 300, true, 3, 0},
+                          {77, 130, true, 6, 2},  {256, 192, false, 4, 1}, {1, 64, true, 6, 2}};
   for (DType dt : {DType::f16, DType::bf16})
     for (std::int64_t d : {64, 128})
-      for (auto [sq, sk] : {std::pair<std::int64_t, std::int64_t>{77, 130}, {256, 192}, {1, 64}, {200, 3}}) {
+      for (const Shape& sh : shapes) {
         BwdCase c;
-        c.dtype = dt, c.D = d, c.Sq = sq, c.Sk = sk;
+        c.dtype = dt, c.D = d, c.Sq = sh.sq, c.Sk = sh.sk, c.causal = sh.causal, c.H = sh.h, c.Hkv = sh.hkv;
         c.bhsd_grads = d == 128;
         INFO(c.describe());
         const HostProblem p = make_problem(c);

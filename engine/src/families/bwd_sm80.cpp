@@ -41,7 +41,7 @@ const std::vector<int> kFp32Blocks{32, 64};
 // one; 64 x 64 on 4 warps where 8 cannot split the head dim (an odd count of 16-column steps),
 // 32 x 64 and 32 x 32 where 64 x 64 does not fit (D = 128 on sm_80, the wide ones).
 const int kFp32Preferred[][3] = {{64, 64, 8}, {64, 64, 4}, {32, 64, 8}, {32, 32, 4}};
-constexpr int kPriority = 100;   // the only backward family the engine picks from so far
+constexpr int kPriority = 100;   // after bwd_sm90 (sm_90a, the semantics it serves): every backward call
 constexpr int kThreadsPerWarp = 32;
 // fp32 accumulators a thread holds at the main kernel's peak: dK and dV (for the whole loop)
 // plus S and dP (phase 1) or dQ's tile (phase 2), whichever is larger (dQ is, past D = 2 *

@@ -1,7 +1,7 @@
 // Host side of the bwd_sm90 family (templates/bwd_sm90/): the backward pass on Hopper's wgmma,
-// under construction (docs/design/hopper_backward.md, steps 1-2). It serves 16-bit MHA with no mask at head
-// dims 64 and 128, and is named-only (kernel_family.hpp): the engine picks bwd_sm80 until this one
-// is faster, so a caller names its tiling (Engine::backward_with_tiling) to run it.
+// under construction (docs/design/hopper_backward.md, steps 1-2, 5-6). It serves 16-bit
+// attention with no mask or a causal one, GQA included, at head dims 64 and 128, ahead of
+// bwd_sm80 (faster on every cell measured: bench/NOTES.md entry 39); bwd_sm80 takes the rest.
 // bwd_launches.hpp has the three launches; preprocess and convert are bwd_sm80's, at 4 warps.
 #include "bwd_launches.hpp"
 #include "kernel_family.hpp"
@@ -17,7 +17,7 @@ const KnobTable kKnobs{"bwd_sm90",
                         {"block_n", "n", "kBlockN", "keys per CTA: 64 per MMA warpgroup (the M of every dK/dV wgmma)"},
                         {"mma_warpgroups", "g", "kMmaWarpgroups", "warpgroups issuing the wgmmas"}}};
 
-constexpr int kPriority = 110;        // after bwd_sm80, for when it joins the list the engine picks from
+constexpr int kPriority = 90;         // before bwd_sm80, which serves everything this one refuses
 constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
 constexpr int kWarpgroupThreads = 128;
 constexpr int kWgKeys = 64;           // keys a warpgroup owns (the M of its wgmmas)
@@ -42,6 +42,8 @@ Semantics served_part(const Semantics& s) {
   plain.head_dim_v = s.head_dim_v;
   plain.write_lse = s.write_lse;
   plain.vec = s.vec;
+  plain.mask = s.mask;
+  plain.gqa = s.gqa;
   return plain;
 }
 
@@ -50,6 +52,7 @@ class BwdSm90 final : public KernelFamilyBase {
   BwdSm90() : KernelFamilyBase(kKnobs, "bwd_sm90/family.cu", kPriority) {}
 
   Pass pass() const override { return Pass::backward; }
+  bool serves_every_shape() const override { return true; }  // refusal() never reads the shape
 
   const char* refusal(const Arch& arch, const Semantics& s, const ProblemShape*) const override {
     if (arch.major != 9 || arch.suffix != 'a') return "needs sm_90a (wgmma)";
@@ -58,7 +61,7 @@ class BwdSm90 final : public KernelFamilyBase {
       return "head dims 64 and 128 (q, k and v alike) so far; the others stay on bwd_sm80";
     if (s.vec != 8) return "16-byte rows with a contiguous head dim (vec 8)";
     if (s != served_part(s))
-      return "no mask, GQA, varlen, kv_lens, window, softcap, ALiBi, sinks or deterministic mode yet: those stay on bwd_sm80";
+      return "no varlen, kv_lens, window, softcap, ALiBi, sinks or deterministic mode yet: those stay on bwd_sm80";
     return smem_refusal(*this, arch, s);
   }
 
