@@ -16,8 +16,9 @@
 namespace flashjit::test {
 
 using CompileJob = std::pair<KernelVariant, Arch>;
-// What a test asks of a compiled cubin beyond compiling: "" when it passes, else why not.
-using CubinCheck = std::function<std::string(const KernelVariant&, const std::string& cubin)>;
+// What a test asks of a compiled kernel (its cubin, NVRTC's log) beyond compiling: "" when it
+// passes, else why not.
+using CubinCheck = std::function<std::string(const KernelVariant&, const CompiledKernel& compiled)>;
 
 // Compiles `jobs` on two threads (CI has two cores); one line per failure, with its NVRTC log.
 inline std::vector<std::string> compile_jobs(const std::vector<CompileJob>& jobs, const CubinCheck& check) {
@@ -39,7 +40,7 @@ inline std::vector<std::string> compile_jobs(const std::vector<CompileJob>& jobs
       } else if (auto r = compile_cubin({v.code_name(), render_source(*find_family(v.family), v), arch}); !r.ok()) {
         failure = r.error().to_string();
       } else {
-        failure = check(v, r->cubin);
+        failure = check(v, r.value());
       }
       if (!failure.empty()) {
         std::lock_guard lock(mu);

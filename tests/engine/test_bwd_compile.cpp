@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "compile_jobs.hpp"
 #include "compiler.hpp"
@@ -34,15 +35,18 @@ Semantics backward_semantics(DType dt, int d, Mask m, int vec = 8, int dv = 0) {
   return s;
 }
 
+// The entry points `v`'s launch plan names that its cubin does not export ("" when none).
+std::string missing_entry_points(const KernelVariant& v, const CompiledKernel& compiled) {
+  std::string missing;
+  for (const EntryPoint& e : find_family(v.family)->entry_points(v))
+    if (compiled.cubin.find(e.name) == std::string::npos) missing += std::string("no entry point ") + e.name + "; ";
+  return missing;
+}
+
 // Compiles on two threads (test::compile_jobs); each cubin must export the entry points its
 // family's launch plan names.
 std::vector<std::string> compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs) {
-  return test::compile_jobs(jobs, [](const KernelVariant& v, const std::string& cubin) {
-    std::string missing;
-    for (const EntryPoint& e : find_family(v.family)->entry_points(v))
-      if (cubin.find(e.name) == std::string::npos) missing += std::string("no entry point ") + e.name + "; ";
-    return missing;
-  });
+  return test::compile_jobs(jobs, missing_entry_points);
 }
 
 }  // namespace
@@ -121,7 +125,7 @@ TEST_CASE("bwd_sm80: every variant and candidate tiling compiles for sm_80 and s
   std::printf("bwd_sm80: compiled %zu variants in %.1f s (2 threads)\n", jobs.size(), s);
 }
 
-TEST_CASE("bwd_sm90: every variant (dtypes, head dims, masks, GQA, tilings) compiles for sm_90a and exports the three entry points") {
+TEST_CASE("bwd_sm90: every variant (dtypes, head dims, masks, GQA, tilings) compiles for sm_90a without spills, exporting the three entry points") {
   const KernelFamily& f = *find_family("bwd_sm90");
   const Arch arch = Arch::parse("sm_90a").value();
   std::vector<std::pair<KernelVariant, Arch>> jobs;
@@ -135,7 +139,22 @@ TEST_CASE("bwd_sm90: every variant (dtypes, head dims, masks, GQA, tilings) comp
           for (const Tiling& t : f.candidate_tilings(arch, s)) jobs.push_back({{"bwd_sm90", s, t}, arch});
         }
   CHECK(jobs.size() == 32);  // 2 dtypes x 2 head dims x 2 masks x GQA or not x 2 tilings
-  const auto failures = compile_all(jobs);
+  // ptxas -v's report of each of the three kernels: no spills, and no wgmma serialized (its
+  // "Performance Loss" advisory), as fa3_sm90's test asks of every candidate.
+  setenv("FLASHJIT_NVRTC_OPTIONS", "-Xptxas=-v", 1);
+  const auto failures = test::compile_jobs(jobs, [](const KernelVariant& v, const CompiledKernel& compiled) {
+    std::string why = missing_entry_points(v, compiled);
+    const auto count = [&](const char* text) {
+      std::size_t n = 0;
+      for (std::size_t at = compiled.log.find(text); at != std::string::npos; at = compiled.log.find(text, at + 1)) ++n;
+      return n;
+    };
+    if (count("spill stores") != 3 || count("0 bytes spill stores, 0 bytes spill loads") != 3)
+      why += "spills (or no ptxas report) in: " + compiled.log + "; ";
+    if (count("Performance Loss")) why += "wgmma serialized: " + compiled.log + "; ";
+    return why;
+  });
+  unsetenv("FLASHJIT_NVRTC_OPTIONS");
   for (const auto& failure : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, failure);
   CHECK(failures.empty());
 }

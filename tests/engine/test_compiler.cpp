@@ -37,8 +37,8 @@ int vec_for(DType dt, int dqk, int dv) {
 // Compiles jobs (test::compile_jobs), each cubin at least a plausible size; reports every failure.
 void compile_all(const std::vector<std::pair<KernelVariant, Arch>>& jobs, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto failures = test::compile_jobs(jobs, [](const KernelVariant&, const std::string& cubin) {
-    return cubin.size() < 1000 ? std::string("suspiciously small cubin") : std::string();
+  const auto failures = test::compile_jobs(jobs, [](const KernelVariant&, const CompiledKernel& compiled) {
+    return compiled.cubin.size() < 1000 ? std::string("suspiciously small cubin") : std::string();
   });
   for (const auto& f : failures) ADD_FAIL_CHECK_AT(__FILE__, __LINE__, f);
   CHECK(failures.empty());
