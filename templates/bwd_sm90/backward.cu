@@ -1,6 +1,7 @@
-// bwd_sm90 main kernel (docs/design/hopper_backward.md, steps 1 and 2 without the producer): a
-// CTA of kMmaWarpgroups warpgroups keeps kBlockN keys of K and V of one head in shared memory,
-// 64 keys a warpgroup, and walks every Q block of kBlockM rows:
+// bwd_sm90 main kernel (docs/design/hopper_backward.md, steps 1, 5, 6 and 2 without the
+// producer): a CTA of kMmaWarpgroups warpgroups keeps kBlockN keys of K and V of one KV head in
+// shared memory, 64 keys a warpgroup, and walks the Q blocks of kBlockM rows that see them, for
+// every q-head of the KV head's group:
 //   S^T = K.Q^T and dP^T = V.dO^T   wgmma, both operands from shared memory (keys are the rows,
 //                                   so P^T and dS^T come out in the A-operand layout dV and dK need)
 //   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)       per column (query): preprocess's rows
@@ -67,12 +68,6 @@ FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi)
 
 FJ_DEVICE void st_shared_u16(unsigned addr, unsigned short v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
-}
-
-template <int kRegs>
-FJ_DEVICE void fence_acc(float (&r)[kRegs]) {
-#pragma unroll
-  for (int i = 0; i < kRegs; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
 // P^T and dS^T of one Q block from S^T and dP^T (in place of them), packed per 16 queries as
@@ -278,8 +273,8 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_acc(st);
-    fence_acc(dpt);
+    fence_registers(st);
+    fence_registers(dpt);
 
     unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
     // The diagonal cuts this block where its first query does not see the CTA's last key.
@@ -313,13 +308,13 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
         Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_tile, k), n_major<kBlockN>(k_cols, k), k > 0 ? 1 : 0);
       wgmma_commit();
       wgmma_wait<0>();
-      fence_acc(dq);
+      fence_registers(dq);
       add_dq_chunk(accum, dq, col0, wg_warp, lane, p.scale);
     }
   }
   cp_async_wait<0>();  // with no Q block, K and V's copies are still in flight
-  fence_acc(dk);
-  fence_acc(dv);
+  fence_registers(dk);
+  fence_registers(dv);
   store_rows<kDQK>(static_cast<Elem*>(p.dk), p.dk_stride, seq, kv_head, n0, dk, p.scale, warp, lane);
   store_rows<kDV>(static_cast<Elem*>(p.dv), p.dv_stride, seq, kv_head, n0, dv, 1.f, warp, lane);
 }

@@ -51,7 +51,8 @@ Result<KernelVariant> variant_for(const Engine& engine, const AttentionArgs& arg
 Result<KernelVariant> backward_variant(const Engine& engine, const BackwardArgs& args, const Arch& arch,
                                        const std::string& family) {
   auto plan = engine.plan_backward(args, arch.name());
-  if (!plan.ok() || family.empty()) return plan.ok() ? Result<KernelVariant>(plan->variant) : std::move(plan).error();
+  if (!plan.ok()) return std::move(plan).error();
+  if (family.empty()) return plan->variant;
   auto tilings = default_tilings(family, arch, plan->variant.semantics);
   if (!tilings.ok()) return std::move(tilings).error();
   return KernelVariant{family, plan->variant.semantics, tilings.value().front()};
@@ -118,9 +119,9 @@ int run(int argc, char** argv) {
       ->expected(2);
   app.callback([&] {
     if (pass == "backward" && !window.empty()) throw CLI::ValidationError("--window", "is not timed for --pass backward");
-    if (!family_name.empty() && pass_name(family_pass(family_name).value()) != pass)
-      throw CLI::ValidationError("--family", family_name + " is a " + pass_name(family_pass(family_name).value()) +
-                                                 " family; --pass is " + pass);
+    if (const char* family_is = family_name.empty() ? nullptr : pass_name(family_pass(family_name).value());
+        family_is && family_is != pass)
+      throw CLI::ValidationError("--family", family_name + " is a " + family_is + " family; --pass is " + pass);
     for (int d : dims)
       if (query_heads(hidden, d) % group != 0)
         throw CLI::ValidationError("--group", std::to_string(group) + " does not divide the " +
