@@ -12,7 +12,8 @@
 //                                   reductions, in bwd_sm80's slot order
 // then writes dK (times the softmax scale) and dV. The next Q block's copies (cp.async, every
 // thread) land in the other of two buffers under this one's products; a producer warp with TMA
-// rings comes next.
+// rings comes next. Within a block the tensor cores run while the threads work: P^T's
+// exponentials under dP^T's product, dQ's reductions under dV's and dK's (dQ is issued first).
 //
 // Rows past the sequence: K/V rows past len_k are zeros (S = 0 there, and their dK/dV rows are
 // never stored; zero K rows add nothing to dQ); Q/dO rows past len_q are zeros, and preprocess
@@ -70,44 +71,54 @@ FJ_DEVICE void st_shared_u16(unsigned addr, unsigned short v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
 }
 
-// P^T and dS^T of one Q block from S^T and dP^T (in place of them), packed per 16 queries as
-// wgmma's register A fragments (n8 tiles 2kk and 2kk + 1 of the accumulators). Column c of the
-// accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}.
-// lse and dsum: the block's rows in row_stat_slot order.
-// kMasked (causal, a block the diagonal cuts): keys past query + diagonal get P = 0, where
-// diagonal = key of this thread's row g minus query of its column 2t (sequence offsets folded in).
+// P^T of one Q block from S^T, in place (run while dP^T's product still runs). Column c of the
+// accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}; a
+// thread's columns' statistics are, for each e of 2t + e (t = lane % 4), 8 consecutive floats of
+// row_stat_slot order: two 16-byte loads. kMasked (causal, a block the diagonal cuts): keys past
+// query + diagonal get P = 0, where diagonal = key of this thread's row g minus query of its
+// column 2t (sequence offsets folded in).
 template <bool kMasked>
-FJ_DEVICE void probs_and_grads(float (&st)[kBlockM / 2], float (&dpt)[kBlockM / 2], const float* lse, const float* dsum,
-                               float score_scale, int lane, int diagonal, unsigned (&pa)[kBlockM / 16][4],
-                               unsigned (&da)[kBlockM / 16][4]) {
-  // Column 8j + 2t + e (t = lane % 4) is row_stat_slot (2t + e) * 8 + j: for each e, a thread's
-  // columns' statistics are 8 consecutive floats, two 16-byte loads (4 j's: two kk's).
+FJ_DEVICE void probabilities(float (&st)[kBlockM / 2], const float* lse, float score_scale, int lane, int diagonal) {
   const int t2 = 2 * (lane % 4);
   static_assert(kBlockM == 64, "row_stat_slot(8j + r) = r * 8 + j for 64-row blocks");
-  // 16 queries at a time, packed as soon as formed: S^T and dP^T die as P^T and dS^T are made
-  // (with dK and dV held, forming all of them first spilled at head dim 128).
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // j = 4 half .. + 3
+    float4 l[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * 8 + half * 4);
+#pragma unroll
+    for (int j = 4 * half; j < 4 * half + 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float* lj = reinterpret_cast<const float*>(&l[e & 1]);
+        float& s = st[4 * j + e];
+        // Key g + 8 (e >> 1) against query 8j + (e & 1) (both beyond the thread's own offsets).
+        if (kMasked && 8 * (e >> 1) - 8 * j - (e & 1) > -diagonal) s = neg_inf();
+        s = exp2_approx(fmaf(s, score_scale, -lj[j % 4]));
+      }
+  }
+}
+
+// dS^T = P^T (dP^T - D), and both packed per 16 queries as wgmma's register A fragments (n8
+// tiles 2kk and 2kk + 1 of the accumulators). dsum: the block's D in row_stat_slot order.
+FJ_DEVICE void grads_and_pack(const float (&pt)[kBlockM / 2], float (&dpt)[kBlockM / 2], const float* dsum, int lane,
+                              unsigned (&pa)[kBlockM / 16][4], unsigned (&da)[kBlockM / 16][4]) {
+  const int t2 = 2 * (lane % 4);
+  // 16 queries at a time, packed as soon as formed: P^T and dP^T die as they are packed (with dK
+  // and dV held, forming every dS first spilled at head dim 128).
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) {
-    float4 l[2], ds[2];  // [e]: j = 4 (kk / 2) .. + 3
+    float4 ds[2];  // [e]: j = 4 (kk / 2) .. + 3
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * 8 + kk / 2 * 4);
-      ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * 8 + kk / 2 * 4);
-    }
+    for (int e = 0; e < 2; ++e) ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * 8 + kk / 2 * 4);
 #pragma unroll
     for (int j = 2 * kk; j < 2 * kk + 2; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float* lj = reinterpret_cast<const float*>(&l[e & 1]);
-        const float* dj = reinterpret_cast<const float*>(&ds[e & 1]);
-        float& s = st[4 * j + e];
         float& d = dpt[4 * j + e];
-        // Key g + 8 (e >> 1) against query 8j + (e & 1) (both beyond the thread's own offsets).
-        if (kMasked && 8 * (e >> 1) - 8 * j - (e & 1) > -diagonal) s = neg_inf();
-        s = exp2_approx(fmaf(s, score_scale, -lj[j % 4]));
-        d = s * (d - dj[j % 4]);
+        d = pt[4 * j + e] * (d - reinterpret_cast<const float*>(&ds[e & 1])[j % 4]);
       }
-    const float *lo = st + 8 * kk, *hi = lo + 4, *dlo = dpt + 8 * kk, *dhi = dlo + 4;
+    const float *lo = pt + 8 * kk, *hi = lo + 4, *dlo = dpt + 8 * kk, *dhi = dlo + 4;
     pa[kk][0] = pack(lo[0], lo[1]), pa[kk][1] = pack(lo[2], lo[3]), pa[kk][2] = pack(hi[0], hi[1]), pa[kk][3] = pack(hi[2], hi[3]);
     da[kk][0] = pack(dlo[0], dlo[1]), da[kk][1] = pack(dlo[2], dlo[3]), da[kk][2] = pack(dhi[0], dhi[1]),
     da[kk][3] = pack(dhi[2], dhi[3]);
@@ -263,38 +274,34 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     fence_async_shared();  // the copies' bytes, to wgmma's reads (the async proxy)
     __syncthreads();
 
+    // S^T and dP^T as two groups: P^T's exponentials run under dP^T's product.
     float st[kBlockM / 2], dpt[kBlockM / 2];
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kDQK / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(st, k_major<kBlockN>(k_rows, k), k_major<kBlockM>(q_tile, k), k > 0 ? 1 : 0);
+    wgmma_commit();
 #pragma unroll
     for (int k = 0; k < kDV / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     fence_registers(st);
-    fence_registers(dpt);
-
-    unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
     // The diagonal cuts this block where its first query does not see the CTA's last key.
     const int diagonal = my_key - (m0 + 2 * (lane % 4) + seq.offset());
     if (kCausal && m0 + seq.offset() < n0 + kBlockN - 1)
-      probs_and_grads<true>(st, dpt, lse, dsum, f.scale_log2, lane, diagonal, pa, da);
+      probabilities<true>(st, lse, f.scale_log2, lane, diagonal);
     else
-      probs_and_grads<false>(st, dpt, lse, dsum, f.scale_log2, lane, diagonal, pa, da);
+      probabilities<false>(st, lse, f.scale_log2, lane, diagonal);
+    wgmma_wait<0>();
+    fence_registers(dpt);
+    unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
+    grads_and_pack(st, dpt, dsum, lane, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
     __syncthreads();  // every warpgroup's dS: dQ reads all the keys
 
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<kDV>::template rs<kBf16, 1>(dv, pa[kk], n_major<kBlockM>(do_tile, kk), 1);
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk)
-      Wgmma<kDQK>::template rs<kBf16, 1>(dk, da[kk], n_major<kBlockM>(q_tile, kk), 1);
-    wgmma_commit();
+    // dQ's first chunk ahead of dV and dK, so its reductions run under their products.
     float* accum = p.dq_accum + (ws_head + m0) * kDQK;
 #pragma unroll
     for (int ch = 0; ch < kDqWgCols / kDqChunk; ++ch) {
@@ -307,10 +314,26 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       for (int k = 0; k < kBlockN / kWgmmaK; ++k)
         Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_tile, k), n_major<kBlockN>(k_cols, k), k > 0 ? 1 : 0);
       wgmma_commit();
-      wgmma_wait<0>();
+      if (ch == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<kDV>::template rs<kBf16, 1>(dv, pa[kk], n_major<kBlockM>(do_tile, kk), 1);
+#pragma unroll
+        for (int kk = 0; kk < kBlockM / 16; ++kk)
+          Wgmma<kDQK>::template rs<kBf16, 1>(dk, da[kk], n_major<kBlockM>(q_tile, kk), 1);
+        wgmma_commit();
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
       fence_registers(dq);
       add_dq_chunk(accum, dq, col0, wg_warp, lane, p.scale);
     }
+    // Waited for here, not at the next block's start: ptxas serializes wgmmas left in flight
+    // across the loop's back edge.
+    wgmma_wait<0>();
+    fence_registers(dk);
+    fence_registers(dv);
   }
   cp_async_wait<0>();  // with no Q block, K and V's copies are still in flight
   fence_registers(dk);
