@@ -4,7 +4,8 @@
 # order reversed each round), medians per cell, then ncu of the main kernel per build.
 #   here: bash bench/pack_ab_builds.sh NAME=DIR ...  (each DIR holds flashjit-bench and test_gpu)
 #   device: VARIANTS="base new" bash bench/device_bwd90_ab.sh [test] [bench] [ncu]   (carry .carry/ab)
-# ROUNDS (3), DIMS (64,128), SEQS (4096,16384), DTYPE (bf16), GROUP (1), NCU_SHAPE ("128 4096 no").
+# ROUNDS (3), DIMS (64,128), SEQS (4096,16384), DTYPE (bf16), GROUP (1), NCU_SHAPE ("128 4096 no");
+# TILINGS_<name>: that build's --tilings (default: each cell's default tiling).
 set -u
 OUT=${OUT:-/tmp/flashjit-out}; mkdir -p "$OUT"
 export FLASHJIT_CACHE_DIR=${FLASHJIT_CACHE_DIR:-/tmp/fj-cache}
@@ -23,7 +24,8 @@ for step in "${steps[@]}"; do
       reversed=(); for ((i = ${#variants[@]} - 1; i >= 0; --i)); do reversed+=("${variants[$i]}"); done
       for ((r = 0; r < ${ROUNDS:-3}; ++r)); do
         for v in "${variants[@]}" "${reversed[@]}"; do
-          .carry/ab/$v/flashjit-bench --pass backward --family bwd_sm90 --dtype ${DTYPE:-bf16} --dims ${DIMS:-64,128} \
+          tilings_of=TILINGS_$v
+          .carry/ab/$v/flashjit-bench --tilings "${!tilings_of:-default}" --pass backward --family bwd_sm90 --dtype ${DTYPE:-bf16} --dims ${DIMS:-64,128} \
             --seqs ${SEQS:-4096,16384} --group ${GROUP:-1} --causal both --warmup 3 --reps 15 \
             --json "$OUT/bench_${v}_${r}_$RANDOM.json" > /dev/null 2>> "$OUT/bench_errors.log"
         done
@@ -51,13 +53,17 @@ PY
     ncu)
       read -r d s causal <<< "${NCU_SHAPE:-128 4096 no}"
       for v in "${variants[@]}"; do
+        tilings_of=TILINGS_$v
         timeout 200 ncu -k regex:flashjit_bwd_main -s 1 -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
           --section ComputeWorkloadAnalysis --section InstructionStats \
-          .carry/ab/$v/flashjit-bench --pass backward --family bwd_sm90 --dtype ${DTYPE:-bf16} --dims $d --seqs $s \
+          .carry/ab/$v/flashjit-bench --tilings "${!tilings_of:-default}" --pass backward --family bwd_sm90 \
+          --dtype ${DTYPE:-bf16} --dims $d --seqs $s \
           --causal $causal --warmup 1 --reps 1 > "$OUT/ncu_$v.txt" 2>&1
         echo "ncu $v rc=$?"; grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |L2 Hit|Stall" "$OUT/ncu_$v.txt" | head -16
       done ;;
   esac
   echo "[$step took $((SECONDS - start)) s]"
 done
+# The device tool brings back a limited number of files: one archive, and the summary beside it.
+(cd "$OUT" && tar czf ab_runs.tgz --remove-files $(ls | grep -v -e '^ab_runs.tgz$' -e '^bench_summary.txt$') 2>/dev/null)

@@ -71,23 +71,26 @@ FJ_DEVICE void st_shared_u16(unsigned addr, unsigned short v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
 }
 
+// row_stat_slot(8j + r) = r * kStatRun + j: a Q block's LSE and D grouped by row % 8.
+static_assert(fj::bwd::kRowGroups == 8, "the statistics' groups are the n8 tiles' 8 columns");
+constexpr int kStatRun = kBlockM / fj::bwd::kRowGroups;
+
 // P^T of one Q block from S^T, in place (run while dP^T's product still runs). Column c of the
 // accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}; a
-// thread's columns' statistics are, for each e of 2t + e (t = lane % 4), 8 consecutive floats of
-// row_stat_slot order: two 16-byte loads. kMasked (causal, a block the diagonal cuts): keys past
+// thread's columns' statistics are, for each e of 2t + e (t = lane % 4), kStatRun consecutive
+// floats of row_stat_slot order: 16-byte loads. kMasked (causal, a block the diagonal cuts): keys past
 // query + diagonal get P = 0, where diagonal = key of this thread's row g minus query of its
 // column 2t (sequence offsets folded in).
 template <bool kMasked>
 FJ_DEVICE void probabilities(float (&st)[kBlockM / 2], const float* lse, float score_scale, int lane, int diagonal) {
   const int t2 = 2 * (lane % 4);
-  static_assert(kBlockM == 64, "row_stat_slot(8j + r) = r * 8 + j for 64-row blocks");
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {  // j = 4 half .. + 3
+  for (int q = 0; q < kBlockM / 32; ++q) {  // j = 4q .. + 3
     float4 l[2];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * 8 + half * 4);
+    for (int e = 0; e < 2; ++e) l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * kStatRun + q * 4);
 #pragma unroll
-    for (int j = 4 * half; j < 4 * half + 4; ++j)
+    for (int j = 4 * q; j < 4 * q + 4; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float* lj = reinterpret_cast<const float*>(&l[e & 1]);
@@ -110,7 +113,7 @@ FJ_DEVICE void grads_and_pack(const float (&pt)[kBlockM / 2], float (&dpt)[kBloc
   for (int kk = 0; kk < kBlockM / 16; ++kk) {
     float4 ds[2];  // [e]: j = 4 (kk / 2) .. + 3
 #pragma unroll
-    for (int e = 0; e < 2; ++e) ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * 8 + kk / 2 * 4);
+    for (int e = 0; e < 2; ++e) ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * kStatRun + kk / 2 * 4);
 #pragma unroll
     for (int j = 2 * kk; j < 2 * kk + 2; ++j)
 #pragma unroll
@@ -150,14 +153,14 @@ FJ_DEVICE void store_ds(unsigned char* ds_tile, const unsigned (&da)[kBlockM / 1
                       static_cast<unsigned short>(da[kk][i] >> (16 * h)));
 }
 
-// accum (the Q block's fp32 dQ) += scale * this warpgroup's dQ columns [col0, col0 + kDqChunk) of
-// dS.K. A thread's 4 values of an n8 tile (rows g and g + 8, columns 2t and 2t + 1 of its warp's
-// 16 rows) are one m16n8 fragment of bwd_sm80's 4-warp dQ split, which convert reads back: one
-// vector reduction. wg_warp: the warp within its warpgroup (its rows of the Q block).
-FJ_DEVICE void add_dq_chunk(float* accum, const float (&dq)[kDqChunk / 2], int col0, int wg_warp, int lane,
+// accum (the Q block's fp32 dQ) += scale * this warpgroup's dQ rows [row0, row0 + 64) and columns
+// [col0, col0 + kDqChunk) of dS.K. A thread's 4 values of an n8 tile (rows g and g + 8, columns
+// 2t and 2t + 1 of its warp's 16 rows) are one m16n8 fragment of bwd_sm80's 4-warp dQ split,
+// which convert reads back: one vector reduction. wg_warp: the warp within its warpgroup.
+FJ_DEVICE void add_dq_chunk(float* accum, const float (&dq)[kDqChunk / 2], int row0, int col0, int wg_warp, int lane,
                             float scale) {
   using namespace fj::bwd;
-  const int r0 = 16 * wg_warp;
+  const int r0 = row0 + 16 * wg_warp;
   const int warp_m = r0 / kDqRows, mt = r0 % kDqRows / 16;
 #pragma unroll
   for (int j = 0; j < kDqChunk / 8; ++j) {
@@ -305,14 +308,17 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     float* accum = p.dq_accum + (ws_head + m0) * kDQK;
 #pragma unroll
     for (int ch = 0; ch < kDqWgCols / kDqChunk; ++ch) {
-      // Columns [col0, col0 + kDqChunk) of dQ: K's N-major operand starts at that column of its atom.
-      const int col0 = wg * kDqWgCols + ch * kDqChunk;
+      // Rows [row0, row0 + 64) and columns [col0, col0 + kDqChunk) of dQ: dS's rows start at row0
+      // of its atoms (a multiple of 8: the swizzle's phase holds), K's N-major operand at col0 of its atom.
+      const int row0 = kDqSplitRows ? wg * kDqWgRows : 0;
+      const int col0 = (kDqSplitRows ? 0 : wg * kDqWgCols) + ch * kDqChunk;
+      const unsigned char* ds_rows = ds_tile + row0 * kAtomBytes;
       const unsigned char* k_cols = k_tile + col0 / kAtomElems * kBlockN * kAtomBytes + col0 % kAtomElems * 2;
       float dq[kDqChunk / 2];
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < kBlockN / kWgmmaK; ++k)
-        Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_tile, k), n_major<kBlockN>(k_cols, k), k > 0 ? 1 : 0);
+        Wgmma<kDqChunk>::template ss<kBf16, 1>(dq, k_major<kBlockM>(ds_rows, k), n_major<kBlockN>(k_cols, k), k > 0 ? 1 : 0);
       wgmma_commit();
       if (ch == 0) {
 #pragma unroll
@@ -327,7 +333,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
         wgmma_wait<0>();
       }
       fence_registers(dq);
-      add_dq_chunk(accum, dq, col0, wg_warp, lane, p.scale);
+      add_dq_chunk(accum, dq, row0, col0, wg_warp, lane, p.scale);
     }
     // Waited for here, not at the next block's start: ptxas serializes wgmmas left in flight
     // across the loop's back edge.

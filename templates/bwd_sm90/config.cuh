@@ -29,8 +29,11 @@ using fj::bwd::kDQK;
 using fj::bwd::kDV;
 
 static_assert(k16Bit, "bwd_sm90: 16-bit inputs (the host keeps fp32 on bwd_sm80)");
-static_assert((kMmaWarpgroups == 1 || kMmaWarpgroups == 2) && kBlockM == 64 && kBlockN == 64 * kMmaWarpgroups,
-              "bwd_sm90: one or two MMA warpgroups of 64 keys each, Q blocks of 64 rows");
+static_assert((kMmaWarpgroups == 1 || kMmaWarpgroups == 2) && kBlockN == 64 * kMmaWarpgroups,
+              "bwd_sm90: one or two MMA warpgroups of 64 keys each");
+static_assert(kBlockM == 64 || (kBlockM == 128 && kMmaWarpgroups == 2 && kHeadDimQK == 64),
+              "bwd_sm90: Q blocks of 64 rows, or of 128 at head dim 64 (S^T and dP^T of 128 queries and dK, dV "
+              "of 64 columns fit a thread's registers there, not at 128)");
 static_assert(kHeadDimQK == kHeadDimV && (kHeadDimQK == 64 || kHeadDimQK == 128), "bwd_sm90: head dims 64 and 128 so far");
 static_assert(!kWindow && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSinks && !kDeterministic,
               "bwd_sm90: no mask but causal, no other semantics so far (the host refuses them)");
@@ -43,9 +46,13 @@ constexpr int kAtomBytes = fj_layout::kBwd90AtomBytes;
 constexpr int kStepsPerAtom = kAtomElems / kWgmmaK;
 constexpr unsigned kGroupStride = 8 * kAtomBytes;  // 8 rows: the swizzle's repeat
 constexpr int kWgKeys = 64;  // keys a warpgroup owns: the M of its S^T, dP^T, dV and dK wgmmas
-// dQ = dS.K splits its head dim among the warpgroups (each reads every key's dS, so each column
-// is added once a Q block), in chunks of at most 64 columns: 32 accumulators a thread each.
-constexpr int kDqWgCols = kDQK / kMmaWarpgroups;
+// dQ = dS.K is split among the warpgroups (each reads every key's dS, so each element is added
+// once a Q block): by rows where the block has 64 for each (a wgmma's M), else by head-dim
+// columns, in chunks of at most 64 columns: 32 accumulators a thread each.
+constexpr bool kDqSplitRows = kBlockM == 64 * kMmaWarpgroups && kMmaWarpgroups > 1;
+constexpr int kDqWgRows = kDqSplitRows ? 64 : kBlockM;
+static_assert(kDqWgRows == 64, "dQ's wgmma M: 64 rows a warpgroup");
+constexpr int kDqWgCols = kDqSplitRows ? kDQK : kDQK / kMmaWarpgroups;
 constexpr int kDqChunk = kDqWgCols < 64 ? kDqWgCols : 64;
 static_assert(kDqWgCols % kDqChunk == 0 && kDqChunk % 16 == 0, "dQ in whole chunks of a multiple of 16 columns");
 constexpr int kQStages = fj_layout::kBwd90Stages;  // Q blocks in shared memory (layout.cuh)

@@ -21,9 +21,13 @@ constexpr int kPriority = 90;         // before bwd_sm80, which serves everythin
 constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
 constexpr int kWarpgroupThreads = 128;
 constexpr int kWgKeys = 64;           // keys a warpgroup owns (the M of its wgmmas)
-// The shapes so far: one warpgroup of 64 keys (step 1), two sharing each Q block's loads (step 2).
+// The shapes so far: one warpgroup of 64 keys (step 1), two sharing each Q block's loads (step 2),
+// and at head dim 64 two on Q blocks of 128 rows (S^T's and dP^T's wgmmas twice as wide for the
+// same K and V reads from shared memory).
 const Tiling kOne(kKnobs, {64, 64, 1});
 const Tiling kTwo(kKnobs, {64, 128, 2});
+const Tiling kTwoWide(kKnobs, {128, 128, 2});
+constexpr int kWideBlockMHeadDim = 64;  // 128-row Q blocks only here: their S^T and dP^T fit the registers
 
 fj_layout::Bwd90Layout layout_of(const Semantics& s, const Tiling& t) {
   return fj_layout::bwd90_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
@@ -65,19 +69,25 @@ class BwdSm90 final : public KernelFamilyBase {
     return smem_refusal(*this, arch, s);
   }
 
-  Status check_tiling(const Semantics&, const Tiling& t) const override {
+  Status check_tiling(const Semantics& s, const Tiling& t) const override {
     FJ_TRY(check_table(t));
-    if (t[kBlockM] != 64) return broken(t, "block_m must be 64 (the N of S^T's wgmma, one Q block)");
     if (t[kMmaWarpgroups] < 1 || t[kMmaWarpgroups] > 2) return broken(t, "mma_warpgroups must be 1 or 2");
+    if (t[kBlockM] != 64 &&
+        !(t[kBlockM] == 128 && t[kMmaWarpgroups] == 2 && s.head_dim_qk == kWideBlockMHeadDim && s.head_dim_v == kWideBlockMHeadDim))
+      return broken(t, "block_m must be 64 (the N of S^T's wgmma, one Q block), or 128 with 2 MMA warpgroups at head dim 64");
     if (t[kBlockN] != kWgKeys * t[kMmaWarpgroups]) return broken(t, "block_n must be 64 keys per MMA warpgroup");
     return {};
   }
 
   int min_smem_bytes(const Semantics& s) const override { return layout_of(s, kOne).smem_bytes; }
-  // Two warpgroups: each Q block's loads and dQ's reductions serve 128 keys instead of 64.
-  Tiling default_tiling(const Arch&, const Semantics&, const ProblemShape*) const override { return kTwo; }
+  // Two warpgroups: each Q block's loads and dQ's reductions serve 128 keys instead of 64; at head
+  // dim 64 on Q blocks of 128 rows (+2-4% on an H100: bench/NOTES.md entry 40).
+  Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape*) const override {
+    return s.head_dim_qk == kWideBlockMHeadDim ? kTwoWide : kTwo;
+  }
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     if (refusal(arch, s, nullptr)) return {};
+    if (s.head_dim_qk == kWideBlockMHeadDim) return {kTwoWide, kTwo, kOne};
     return {kTwo, kOne};
   }
   TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
