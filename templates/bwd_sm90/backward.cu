@@ -12,8 +12,10 @@
 //                                   reductions, in bwd_sm80's slot order
 // then writes dK (times the softmax scale) and dV. The next Q block's copies (cp.async, every
 // thread) land in the other of two buffers under this one's products; a producer warp with TMA
-// rings comes next. Within a block the tensor cores run while the threads work: P^T's
-// exponentials under dP^T's product, dQ's reductions under dV's and dK's (dQ is issued first).
+// rings comes next. Two barriers a block: one publishes its copies (every warp is past the last
+// block there), one its dS (stored by transposing stmatrix). Within a block the tensor cores run
+// while the threads work: P^T's exponentials under dP^T's product, dQ's reductions under dV's
+// and dK's (dQ is issued first).
 //
 // Rows past the sequence: K/V rows past len_k are zeros (S = 0 there, and their dK/dV rows are
 // never stored; zero K rows add nothing to dQ); Q/dO rows past len_q are zeros, and preprocess
@@ -67,8 +69,12 @@ FJ_DEVICE unsigned long long n_major(const unsigned char* tile, int k) {
 
 FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); }
 
-FJ_DEVICE void st_shared_u16(unsigned addr, unsigned short v) {
-  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+// Four 8x8 16-bit matrices, stored transposed: lane l names the address of row l % 8 of matrix
+// l / 8 as stored; register i holds matrix i in the m16n8 fragment order.
+FJ_DEVICE void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // row_stat_slot(8j + r) = r * kStatRun + j: a Q block's LSE and D grouped by row % 8.
@@ -132,25 +138,15 @@ FJ_DEVICE void grads_and_pack(const float (&pt)[kBlockM / 2], float (&dpt)[kBloc
 // (key r, query c) at row c, key column r of the swizzled atoms of 64 keys. warp: of the CTA (its
 // warpgroup's keys start at 64 per warpgroup).
 FJ_DEVICE void store_ds(unsigned char* ds_tile, const unsigned (&da)[kBlockM / 16][4], int warp, int lane) {
-  // Key r = 64 (warp / 4) + 16 (warp % 4) + 8 (i & 1) + g and query c = 16 kk + 8 (i >> 1) + 2t + h
-  // (g = lane / 4, t = lane % 4): the atom, r % 8 and the XOR's two sides are the thread's own
-  // but for (i & 1) and h, so four swizzled chunk offsets serve every store.
-  const int g = lane / 4, t = lane % 4;
-  const unsigned base = smem_addr(ds_tile) + unsigned((warp / 4) * kBlockM * kAtomBytes + 2 * t * kAtomBytes + 2 * g);
-  unsigned chunk[2][2];  // [i & 1][h]
+  // da[kk][i] is the 8 x 8 matrix of keys 16 (warp % 4) + 8 (i & 1) + 0..7 by queries 16 kk +
+  // 8 (i >> 1) + 0..7; stored transposed, its row r is query 16 kk + 8 (i >> 1) + r, and the row's
+  // 8 keys are 16-byte chunk 2 (warp % 4) + (i & 1) of that query's row of the atom, at its
+  // swizzled place (XOR query % 8 = r). One stmatrix per 16 queries.
+  const int i = lane / 8, r = lane % 8;
+  const unsigned addr = smem_addr(ds_tile) + unsigned((warp / 4) * kBlockM * kAtomBytes + (8 * (i >> 1) + r) * kAtomBytes +
+                                                      ((2 * (warp % 4) + (i & 1)) ^ r) * 16);
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      chunk[hi][h] = unsigned(((2 * (warp % 4) + hi) ^ (2 * t + h)) * 16 + h * kAtomBytes);
-#pragma unroll
-  for (int kk = 0; kk < kBlockM / 16; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        st_shared_u16(base + unsigned((16 * kk + 8 * (i >> 1)) * kAtomBytes) + chunk[i & 1][h],
-                      static_cast<unsigned short>(da[kk][i] >> (16 * h)));
+  for (int kk = 0; kk < kBlockM / 16; ++kk) stmatrix_x4_trans(addr + unsigned(16 * kk * kAtomBytes), da[kk]);
 }
 
 // accum (the Q block's fp32 dQ) += scale * this warpgroup's dQ rows [row0, row0 + 64) and columns
@@ -264,20 +260,15 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     const unsigned char* do_tile = stage + (kLayout.dout - kLayout.q);
     const float* lse = reinterpret_cast<const float*>(stage + (kLayout.lse - kLayout.q));
     const float* dsum = reinterpret_cast<const float*>(stage + (kLayout.dpsum - kLayout.q));
-    // Every warp is done with the last Q block (its wgmmas waited for): the next block's copies
-    // may take the buffer it used, and dS may be written again.
-    __syncthreads();
-    if (it + 1 < group * m_count) {
-      const int next_head = kv_head * group + (it + 1) / m_count;
-      load_q_block(smem + kLayout.q + ((it + 1) % kQStages) * kLayout.stage, p, seq, next_head, ws_head_of(next_head),
-                   (m_begin + (it + 1) % m_count) * kBlockM, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();    // all but the next block's copies: this block's (and K, V) landed
+    // This block's copies (and K, V) landed: visible to every warpgroup's wgmmas after the barrier,
+    // by which every warp is also done with the last block (its wgmmas waited for), so the next
+    // block's copies may take the buffer it used, and dS may be written again.
+    cp_async_wait<0>();
     fence_async_shared();  // the copies' bytes, to wgmma's reads (the async proxy)
     __syncthreads();
 
-    // S^T and dP^T as two groups: P^T's exponentials run under dP^T's product.
+    // S^T and dP^T as two groups: P^T's exponentials run under dP^T's product; the next block's
+    // copies are issued under both.
     float st[kBlockM / 2], dpt[kBlockM / 2];
     wgmma_fence();
 #pragma unroll
@@ -288,6 +279,12 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     for (int k = 0; k < kDV / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
+    if (it + 1 < group * m_count) {
+      const int next_head = kv_head * group + (it + 1) / m_count;
+      load_q_block(smem + kLayout.q + ((it + 1) % kQStages) * kLayout.stage, p, seq, next_head, ws_head_of(next_head),
+                   (m_begin + (it + 1) % m_count) * kBlockM, tid);
+    }
+    cp_async_commit();
     wgmma_wait<1>();
     fence_registers(st);
     // The diagonal cuts this block where its first query does not see the CTA's last key.

@@ -278,8 +278,8 @@ TEST_CASE("backward: bwd_sm90 serves 16-bit attention, causal or not, GQA, at he
       const Semantics s = validate_backward(make(dt, d)).value().semantics;
       CHECK(f->refusal(sm90a, s, nullptr) == nullptr);
       const std::vector<Tiling> candidates = f->candidate_tilings(sm90a, s);
-      // One MMA warpgroup of 64 keys, or two; at head dim 64 also two on Q blocks of 128 rows.
-      REQUIRE(candidates.size() == (d == 64 ? 3u : 2u));
+      // Two MMA warpgroups of 64 keys; at head dim 64 also on Q blocks of 128 rows, and one warpgroup.
+      REQUIRE(candidates.size() == (d == 64 ? 3u : 1u));
       CHECK(candidates.front() == f->default_tiling(sm90a, s, nullptr));
       CHECK(candidates.front().name() == (d == 64 ? "m128n128g2" : "m64n128g2"));
       for (const Tiling& t : candidates) CHECK(f->check_tiling(s, t).ok());
@@ -287,6 +287,7 @@ TEST_CASE("backward: bwd_sm90 serves 16-bit attention, causal or not, GQA, at he
       const Tiling wide = parse_tiling("bwd_sm90", "m128n128g2").value();
       CHECK(f->check_tiling(s, wide).ok() == (d == 64));
       CHECK_FALSE(f->check_tiling(s, parse_tiling("bwd_sm90", "m128n64g1").value()).ok());
+      CHECK(f->check_tiling(s, parse_tiling("bwd_sm90", "m64n64g1").value()).ok() == (d == 64));
     }
   const Semantics s = validate_backward(make(DType::f16, 128)).value().semantics;
   auto refused = [&](Semantics t, const char* says) {

@@ -28,6 +28,9 @@ const Tiling kOne(kKnobs, {64, 64, 1});
 const Tiling kTwo(kKnobs, {64, 128, 2});
 const Tiling kTwoWide(kKnobs, {128, 128, 2});
 constexpr int kWideBlockMHeadDim = 64;  // 128-row Q blocks only here: their S^T and dP^T fit the registers
+// One warpgroup holds dK and dV of 64 keys and, at head dim 128, dQ's two column chunks in turn:
+// 254-255 registers, spilling once the next block's copies issue under S^T and dP^T.
+constexpr int kOneWarpgroupMaxHeadDim = 64;
 
 fj_layout::Bwd90Layout layout_of(const Semantics& s, const Tiling& t) {
   return fj_layout::bwd90_layout(s.head_dim_qk, s.head_dim_v, t[kBlockM], t[kBlockN]);
@@ -76,6 +79,8 @@ class BwdSm90 final : public KernelFamilyBase {
         !(t[kBlockM] == 128 && t[kMmaWarpgroups] == 2 && s.head_dim_qk == kWideBlockMHeadDim && s.head_dim_v == kWideBlockMHeadDim))
       return broken(t, "block_m must be 64 (the N of S^T's wgmma, one Q block), or 128 with 2 MMA warpgroups at head dim 64");
     if (t[kBlockN] != kWgKeys * t[kMmaWarpgroups]) return broken(t, "block_n must be 64 keys per MMA warpgroup");
+    if (t[kMmaWarpgroups] == 1 && s.head_dim_qk > kOneWarpgroupMaxHeadDim)
+      return broken(t, "one MMA warpgroup serves head dim 64 only (at 128 its registers spill)");
     return {};
   }
 
@@ -88,7 +93,7 @@ class BwdSm90 final : public KernelFamilyBase {
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     if (refusal(arch, s, nullptr)) return {};
     if (s.head_dim_qk == kWideBlockMHeadDim) return {kTwoWide, kTwo, kOne};
-    return {kTwo, kOne};
+    return {kTwo};
   }
   TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
 
