@@ -11,6 +11,12 @@ OUT=${OUT:-/tmp/flashjit-out}; mkdir -p "$OUT"
 export FLASHJIT_CACHE_DIR=${FLASHJIT_CACHE_DIR:-/tmp/fj-cache}
 read -r -a variants <<< "${VARIANTS:-base new}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv | tee "$OUT/gpu.txt"
+# cmd: build $1's flashjit-bench on bwd_sm90's backward at its TILINGS_<name>, options to follow.
+bench_cmd() {
+  local tilings_of=TILINGS_$1
+  cmd=(.carry/ab/$1/flashjit-bench --tilings "${!tilings_of:-default}" --pass backward --family bwd_sm90
+       --dtype "${DTYPE:-bf16}")
+}
 steps=("$@"); [[ ${#steps[@]} -gt 0 ]] || steps=(test bench ncu)
 for step in "${steps[@]}"; do
   start=$SECONDS
@@ -24,10 +30,9 @@ for step in "${steps[@]}"; do
       reversed=(); for ((i = ${#variants[@]} - 1; i >= 0; --i)); do reversed+=("${variants[$i]}"); done
       for ((r = 0; r < ${ROUNDS:-3}; ++r)); do
         for v in "${variants[@]}" "${reversed[@]}"; do
-          tilings_of=TILINGS_$v
-          .carry/ab/$v/flashjit-bench --tilings "${!tilings_of:-default}" --pass backward --family bwd_sm90 --dtype ${DTYPE:-bf16} --dims ${DIMS:-64,128} \
-            --seqs ${SEQS:-4096,16384} --group ${GROUP:-1} --causal both --warmup 3 --reps 15 \
-            --json "$OUT/bench_${v}_${r}_$RANDOM.json" > /dev/null 2>> "$OUT/bench_errors.log"
+          bench_cmd "$v"
+          "${cmd[@]}" --dims ${DIMS:-64,128} --seqs ${SEQS:-4096,16384} --group ${GROUP:-1} --causal both \
+            --warmup 3 --reps 15 --json "$OUT/bench_${v}_${r}_$RANDOM.json" > /dev/null 2>> "$OUT/bench_errors.log"
         done
       done
       python3 - "$OUT" "${variants[@]}" <<'PY' | tee "$OUT/bench_summary.txt"
@@ -53,13 +58,12 @@ PY
     ncu)
       read -r d s causal <<< "${NCU_SHAPE:-128 4096 no}"
       for v in "${variants[@]}"; do
-        tilings_of=TILINGS_$v
+        bench_cmd "$v"
         timeout 200 ncu -k regex:flashjit_bwd_main -s 1 -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
           --section ComputeWorkloadAnalysis --section InstructionStats \
-          .carry/ab/$v/flashjit-bench --tilings "${!tilings_of:-default}" --pass backward --family bwd_sm90 \
-          --dtype ${DTYPE:-bf16} --dims $d --seqs $s \
-          --causal $causal --warmup 1 --reps 1 > "$OUT/ncu_$v.txt" 2>&1
+          "${cmd[@]}" --dims $d --seqs $s --causal $causal --warmup 1 --reps 1 \
+          > "$OUT/ncu_$v.txt" 2>&1
         echo "ncu $v rc=$?"; grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Instructions  |L2 Hit|Stall" "$OUT/ncu_$v.txt" | head -16
       done ;;
   esac

@@ -85,15 +85,15 @@ class BwdSm90 final : public KernelFamilyBase {
   }
 
   int min_smem_bytes(const Semantics& s) const override { return layout_of(s, kOne).smem_bytes; }
-  // Two warpgroups: each Q block's loads and dQ's reductions serve 128 keys instead of 64; at head
-  // dim 64 on Q blocks of 128 rows (+2-4% on an H100: bench/NOTES.md entry 40).
+  // The first shape check_tiling allows: two warpgroups (each Q block's loads and dQ's reductions
+  // serve 128 keys instead of 64), on Q blocks of 128 rows where allowed (+2-4% at head dim 64 on
+  // an H100: bench/NOTES.md entry 40).
   Tiling default_tiling(const Arch&, const Semantics& s, const ProblemShape*) const override {
-    return s.head_dim_qk == kWideBlockMHeadDim ? kTwoWide : kTwo;
+    return allowed_shapes(s).front();
   }
   std::vector<Tiling> candidate_tilings(const Arch& arch, const Semantics& s) const override {
     if (refusal(arch, s, nullptr)) return {};
-    if (s.head_dim_qk == kWideBlockMHeadDim) return {kTwoWide, kTwo, kOne};
-    return {kTwo};
+    return allowed_shapes(s);
   }
   TileShape tile_shape(const Tiling& t) const override { return {t[kBlockM], t[kBlockN]}; }
 
@@ -111,6 +111,15 @@ class BwdSm90 final : public KernelFamilyBase {
                                    unsigned(t[kMmaWarpgroups] * kWarpgroupThreads), layout_of(v.semantics, t).smem_bytes,
                                    aux_layout_of(v.semantics, t).convert_smem_bytes},
                                   out);
+  }
+
+ private:
+  // The shapes above that check_tiling allows for s, fastest first (kTwo serves every s).
+  std::vector<Tiling> allowed_shapes(const Semantics& s) const {
+    std::vector<Tiling> out;
+    for (const Tiling& t : {kTwoWide, kTwo, kOne})
+      if (check_tiling(s, t).ok()) out.push_back(t);
+    return out;
   }
 };
 
