@@ -3,7 +3,9 @@
 # flashjit-bench --pass backward --family bwd_sm90 in rounds of A B .. B A order (same process
 # order reversed each round), medians per cell, then ncu of the main kernel per build.
 #   here: bash bench/pack_ab_builds.sh NAME=DIR ...  (each DIR holds flashjit-bench and test_gpu)
-#   device: VARIANTS="base new" bash bench/device_bwd90_ab.sh [test] [bench] [ncu]   (carry .carry/ab)
+#   device: VARIANTS="base new" bash bench/device_bwd90_ab.sh [test] [sanitize] [bench] [ncu]   (carry .carry/ab)
+# sanitize: compute-sanitizer memcheck, racecheck and synccheck over the same test case, every
+# build but the first (after test, whose disk cache spares them the compiles).
 # ROUNDS (3), DIMS (64,128), SEQS (4096,16384), DTYPE (bf16), GROUP (1), NCU_SHAPE ("128 4096 no");
 # TILINGS_<name>: that build's --tilings (default: each cell's default tiling).
 set -u
@@ -23,15 +25,23 @@ for step in "${steps[@]}"; do
   case $step in
     test)  # every build but the first (the baseline)
       for v in "${variants[@]:1}"; do
-        timeout 400 .carry/ab/$v/test_gpu -tc='backward: bwd_sm90*' > "$OUT/test_$v.log" 2>&1
+        timeout ${TEST_TIMEOUT:-400} .carry/ab/$v/test_gpu -tc='backward: bwd_sm90*' > "$OUT/test_$v.log" 2>&1
         echo "test $v rc=$? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/test_$v.log" | tr '\n' ' ')"
+      done ;;
+    sanitize)
+      for v in "${variants[@]:1}"; do
+        for tool in memcheck racecheck synccheck; do
+          timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 .carry/ab/$v/test_gpu \
+            -tc='backward: bwd_sm90*' > "$OUT/sanitize_${v}_$tool.log" 2>&1
+          echo "sanitize $v $tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[doctest\] (test cases|assertions)' "$OUT/sanitize_${v}_$tool.log" | tr '\n' ' ')"
+        done
       done ;;
     bench)
       reversed=(); for ((i = ${#variants[@]} - 1; i >= 0; --i)); do reversed+=("${variants[$i]}"); done
       for ((r = 0; r < ${ROUNDS:-3}; ++r)); do
         for v in "${variants[@]}" "${reversed[@]}"; do
           bench_cmd "$v"
-          "${cmd[@]}" --dims ${DIMS:-64,128} --seqs ${SEQS:-4096,16384} --group ${GROUP:-1} --causal both \
+          timeout ${BENCH_TIMEOUT:-120} "${cmd[@]}" --dims ${DIMS:-64,128} --seqs ${SEQS:-4096,16384} --group ${GROUP:-1} --causal both \
             --warmup 3 --reps 15 --json "$OUT/bench_${v}_${r}_$RANDOM.json" > /dev/null 2>> "$OUT/bench_errors.log"
         done
       done

@@ -1,5 +1,5 @@
-// bwd_sm90 main kernel (docs/design/hopper_backward.md, steps 1, 5, 6 and 2 without the
-// producer): a CTA of kMmaWarpgroups warpgroups keeps kBlockN keys of K and V of one KV head in
+// bwd_sm90 main kernel (docs/design/hopper_backward.md, steps 1, 2, 5 and 6): a CTA of
+// kMmaWarpgroups MMA warpgroups and a producer keeps kBlockN keys of K and V of one KV head in
 // shared memory, 64 keys a warpgroup, and walks the Q blocks of kBlockM rows that see them, for
 // every q-head of the KV head's group:
 //   S^T = K.Q^T and dP^T = V.dO^T   wgmma, both operands from shared memory (keys are the rows,
@@ -10,12 +10,13 @@
 //                                   rows); each warpgroup takes a share of dQ's columns over all
 //                                   the keys and adds it into the fp32 accumulator with vector
 //                                   reductions, in bwd_sm80's slot order
-// then writes dK (times the softmax scale) and dV. The next Q block's copies (cp.async, every
-// thread) land in the other of two buffers under this one's products; a producer warp with TMA
-// rings comes next. Two barriers a block: one publishes its copies (every warp is past the last
-// block there), one its dS (stored by transposing stmatrix). Within a block the tensor cores run
-// while the threads work: P^T's exponentials under dP^T's product, dQ's reductions under dV's
-// and dK's (dQ is issued first).
+// then writes dK (times the softmax scale) and dV. A producer warpgroup after the MMA warpgroups
+// issues every copy (cp.async, each thread's counted on an mbarrier: K and V once, then each Q
+// block into one of two stages the MMA warps release when done with it) and gives its registers
+// to the MMA warpgroups (setmaxnreg); the MMA warpgroups meet once a block, at a named barrier
+// for dS (stored by transposing stmatrix into one of two buffers). Within a block the tensor
+// cores run while the threads work: P^T's exponentials under dP^T's product, dQ's reductions
+// under dV's and dK's (dQ is issued first).
 //
 // Rows past the sequence: K/V rows past len_k are zeros (S = 0 there, and their dK/dV rows are
 // never stored; zero K rows add nothing to dQ); Q/dO rows past len_q are zeros, and preprocess
@@ -38,17 +39,20 @@ template <int kRows, int kCols>
 FJ_DEVICE void load_tile(unsigned char* tile, const Elem* src, long long row_stride, int rows_valid, int tid) {
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kAtomChunks = kAtomBytes / 16;
-  constexpr int kRowStep = kMmaThreads / kChunksPerRow;
-  static_assert(kMmaThreads % kChunksPerRow == 0 && kRows % kRowStep == 0 && kRowStep % 8 == 0,
+  constexpr int kRowStep = kLoaderThreads / kChunksPerRow;
+  static_assert(kLoaderThreads % kChunksPerRow == 0 && kRows % kRowStep == 0 && kRowStep % 8 == 0,
                 "every thread copies whole rows' chunks at one swizzle phase");
   const int chunk = tid % kChunksPerRow, row0 = tid / kChunksPerRow;
-  unsigned char* dst = tile + (chunk / kAtomChunks * kRows + row0) * kAtomBytes + (chunk % kAtomChunks ^ row0 % 8) * 16;
-  const Elem* from = src + chunk * 8;
-#pragma unroll
+  const unsigned dst = smem_addr(tile) + unsigned((chunk / kAtomChunks * kRows + row0) * kAtomBytes + (chunk % kAtomChunks ^ row0 % 8) * 16);
+  // The producer's registers are few: one running source row (rows past the valid ones read
+  // nothing and stay at the last valid one), not a precomputed address per copy.
+  const Elem* from = src + chunk * 8 + row0 * row_stride;
+  const long long step = kRowStep * row_stride;
+#pragma unroll 1
   for (int n = 0; n < kRows / kRowStep; ++n) {
-    const int row = row0 + n * kRowStep;
-    const bool valid = row < rows_valid;
-    cp_async<16>(dst + n * kRowStep * kAtomBytes, from + (valid ? row : 0) * row_stride, valid ? 16 : 0);
+    const bool valid = row0 + n * kRowStep < rows_valid;
+    cp_async_at<16>(dst + unsigned(n * kRowStep * kAtomBytes), valid ? from : src, valid ? 16 : 0);
+    from += step;
   }
 }
 
@@ -180,7 +184,7 @@ FJ_DEVICE void load_q_block(unsigned char* stage, const FjBackwardParams& p, con
                                 row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
                                 p.dout_stride[1], seq.len_q - m0, tid);
   constexpr int kFloatsPer16B = 4;  // the workspace rows of a Q block start 64-byte aligned
-  for (int c = tid; c < kBlockM / kFloatsPer16B; c += kMmaThreads) {
+  for (int c = tid; c < kBlockM / kFloatsPer16B; c += kLoaderThreads) {
     cp_async<16>(stage + (kLayout.lse - kLayout.q) + c * 16, p.lse_log2 + ws_head + m0 + c * kFloatsPer16B, 16);
     cp_async<16>(stage + (kLayout.dpsum - kLayout.q) + c * 16, p.dpsum + ws_head + m0 + c * kFloatsPer16B, 16);
   }
@@ -203,7 +207,7 @@ FJ_DEVICE void store_rows(Elem* out, const long long (&stride)[4], const Sequenc
 
 }  // namespace fj::bwd90
 
-extern "C" __global__ void __launch_bounds__(fj::bwd90::kMmaThreads, 1)
+extern "C" __global__ void __launch_bounds__(fj::bwd90::kThreads, 1)
 flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   using namespace fj;
   using namespace fj::bwd90;
@@ -214,7 +218,7 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
                                     fj_layout::kBwd90Align);
   unsigned char* k_tile = smem + kLayout.k;
   unsigned char* v_tile = smem + kLayout.v;
-  unsigned char* ds_tile = smem + kLayout.ds;
+  __shared__ Barriers bars;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // Through a warp reduction the warpgroup is warp-uniform to ptxas (fa3_sm90/forward.cu): its
@@ -223,11 +227,6 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int wg_warp = warp % 4;
   const int n0 = blockIdx.x * kBlockN, kv_head = blockIdx.y;
   const Sequence seq = sequence_of(f, blockIdx.z);
-  const int keys = seq.len_k - n0;  // >= 1: the grid covers the keys
-  load_tile<kBlockN, kHeadDimQK>(k_tile, row_at(static_cast<const Elem*>(f.k), f.k_stride, seq.batch, seq.k_start + n0, kv_head),
-                                 f.k_stride[1], keys, tid);
-  load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, kv_head),
-                                f.v_stride[1], keys, tid);
   // The Q blocks that see a key of this block: under the causal mask (bottom-right aligned, query
   // i sees keys up to i + offset) from the one holding query n0 - offset on; for every q-head of
   // the KV head's group (GQA), one after another: dK and dV sum over all of them.
@@ -235,11 +234,45 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int m_begin = kCausal ? min(max(0, n0 - seq.offset()) / kBlockM, m_blocks) : 0;
   const int m_count = m_blocks - m_begin;
   const int group = kGqa ? f.group : 1;
+  const int blocks = group * m_count;
+  auto head_of = [&](int i) { return kv_head * group + i / m_count; };
+  auto m0_of = [&](int i) { return (m_begin + i % m_count) * kBlockM; };
   auto ws_head_of = [&](int head) {
     return (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
   };
-  if (m_count > 0) load_q_block(smem + kLayout.q, p, seq, kv_head * group, ws_head_of(kv_head * group), m_begin * kBlockM, tid);
-  cp_async_commit();  // K, V and the first Q block: one group
+  auto stage_of = [&](int i) { return smem + kLayout.q + (i % kQStages) * kLayout.stage; };
+
+  if (tid == 0) {
+    mbarrier_init(&bars.kv_full, kLoaderThreads);
+    for (int s = 0; s < kQStages; ++s) {
+      mbarrier_init(&bars.full[s], kLoaderThreads);
+      mbarrier_init(&bars.empty[s], kMmaThreads);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the producer warpgroup leaves early
+
+  if (wg == kMmaWarpgroups) {
+    // The producer warpgroup: K and V once, then each Q block's Q, dO, LSE and D into the stage
+    // the MMA warpgroups released, every thread's copies counted on the stage's full barrier.
+    if constexpr (kMoveRegisters) setmaxnreg_dec<kProducerRegs>();
+    const int ptid = tid - kMmaThreads;
+    const int keys = seq.len_k - n0;  // >= 1: the grid covers the keys
+    load_tile<kBlockN, kHeadDimQK>(k_tile, row_at(static_cast<const Elem*>(f.k), f.k_stride, seq.batch, seq.k_start + n0, kv_head),
+                                   f.k_stride[1], keys, ptid);
+    load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, kv_head),
+                                  f.v_stride[1], keys, ptid);
+    cp_async_arrive_noinc(&bars.kv_full);
+    for (int it = 0; it < blocks; ++it) {
+      const int s = it % kQStages;
+      if (it >= kQStages) mbarrier_wait(&bars.empty[s], unsigned(it / kQStages - 1) & 1u);
+      load_q_block(stage_of(it), p, seq, head_of(it), ws_head_of(head_of(it)), m0_of(it), ptid);
+      cp_async_arrive_noinc(&bars.full[s]);
+    }
+    cp_async_wait_all();  // no copy outlives its thread
+    return;
+  }
+  if constexpr (kMoveRegisters) setmaxnreg_inc<kMmaRegs>();
 
   // This warpgroup's keys: rows [64 wg, 64 wg + 64) of the K and V tiles.
   const unsigned char* k_rows = k_tile + wg * kWgKeys * kAtomBytes;
@@ -251,24 +284,23 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   for (int i = 0; i < kDQK / 2; ++i) dk[i] = 0.f;
 #pragma unroll
   for (int i = 0; i < kDV / 2; ++i) dv[i] = 0.f;
-  for (int it = 0; it < group * m_count; ++it) {
-    const int head = kv_head * group + it / m_count;
-    const int m0 = (m_begin + it % m_count) * kBlockM;
-    const long long ws_head = ws_head_of(head);
-    unsigned char* stage = smem + kLayout.q + (it % kQStages) * kLayout.stage;
+  mbarrier_wait(&bars.kv_full, 0);
+  for (int it = 0; it < blocks; ++it) {
+    const int m0 = m0_of(it);
+    const long long ws_head = ws_head_of(head_of(it));
+    const unsigned char* stage = stage_of(it);
     const unsigned char* q_tile = stage;
     const unsigned char* do_tile = stage + (kLayout.dout - kLayout.q);
     const float* lse = reinterpret_cast<const float*>(stage + (kLayout.lse - kLayout.q));
     const float* dsum = reinterpret_cast<const float*>(stage + (kLayout.dpsum - kLayout.q));
-    // This block's copies (and K, V) landed: visible to every warpgroup's wgmmas after the barrier,
-    // by which every warp is also done with the last block (its wgmmas waited for), so the next
-    // block's copies may take the buffer it used, and dS may be written again.
-    cp_async_wait<0>();
-    fence_async_shared();  // the copies' bytes, to wgmma's reads (the async proxy)
-    __syncthreads();
+    // Two dS buffers: a warpgroup writes this block's while the other may still read the last one's.
+    unsigned char* ds_tile = smem + kLayout.ds + (it % kDsBuffers) * kLayout.ds_bytes;
+    // The block's copies landed (and K's, V's before the first): the threads' writes, to wgmma's
+    // reads (the async proxy).
+    mbarrier_wait(&bars.full[it % kQStages], unsigned(it / kQStages) & 1u);
+    fence_async_shared();
 
-    // S^T and dP^T as two groups: P^T's exponentials run under dP^T's product; the next block's
-    // copies are issued under both.
+    // S^T and dP^T as two groups: P^T's exponentials run under dP^T's product.
     float st[kBlockM / 2], dpt[kBlockM / 2];
     wgmma_fence();
 #pragma unroll
@@ -279,12 +311,6 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     for (int k = 0; k < kDV / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
-    if (it + 1 < group * m_count) {
-      const int next_head = kv_head * group + (it + 1) / m_count;
-      load_q_block(smem + kLayout.q + ((it + 1) % kQStages) * kLayout.stage, p, seq, next_head, ws_head_of(next_head),
-                   (m_begin + (it + 1) % m_count) * kBlockM, tid);
-    }
-    cp_async_commit();
     wgmma_wait<1>();
     fence_registers(st);
     // The diagonal cuts this block where its first query does not see the CTA's last key.
@@ -299,9 +325,9 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     grads_and_pack(st, dpt, dsum, lane, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
-    __syncthreads();  // every warpgroup's dS: dQ reads all the keys
+    named_barrier_sync(kDsBarrier, kMmaThreads);  // every warpgroup's dS: dQ reads all the keys
 
-    // dQ's first chunk ahead of dV and dK, so its reductions run under their products.
+    // dQ first, so its reductions run under dV's and dK's products.
     float* accum = p.dq_accum + (ws_head + m0) * kDQK;
 #pragma unroll
     for (int ch = 0; ch < kDqWgCols / kDqChunk; ++ch) {
@@ -333,14 +359,14 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
       add_dq_chunk(accum, dq, row0, col0, wg_warp, lane, p.scale);
     }
     // Waited for here, not at the next block's start: ptxas serializes wgmmas left in flight
-    // across the loop's back edge.
+    // across the loop's back edge. Then the stage goes back to the producer.
     wgmma_wait<0>();
     fence_registers(dk);
     fence_registers(dv);
+    // Every thread arrives (not one a warp after __syncwarp): its own reads of the stage's LSE and
+    // D are then ordered before the producer's next copies there in a way racecheck follows.
+    mbarrier_arrive(&bars.empty[it % kQStages]);
   }
-  cp_async_wait<0>();  // with no Q block, K and V's copies are still in flight
-  fence_registers(dk);
-  fence_registers(dv);
   store_rows<kDQK>(static_cast<Elem*>(p.dk), p.dk_stride, seq, kv_head, n0, dk, p.scale, warp, lane);
   store_rows<kDV>(static_cast<Elem*>(p.dv), p.dv_stride, seq, kv_head, n0, dv, 1.f, warp, lane);
 }

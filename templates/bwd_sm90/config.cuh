@@ -40,6 +40,31 @@ static_assert(!kWindow && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSink
 
 constexpr bool kBf16 = kDtype == kBF16;
 constexpr int kMmaThreads = 128 * kMmaWarpgroups;
+// A producer warpgroup after the MMA warpgroups issues every copy (cp.async, counted on mbarriers).
+constexpr int kLoaderThreads = 128;
+constexpr int kThreads = kMmaThreads + kLoaderThreads;
+// setmaxnreg with two MMA warpgroups: the CTA holds what its launch gave it (384 threads at 168
+// registers; setmaxnreg.inc waits forever for registers beyond that pool). The producer keeps 32
+// (its copy loop spilled at 24), the MMA warpgroups take the rest (dK, dV, S^T, dP^T and their
+// 16-bit copies at head dim 128). With one, every thread has 255 from the start.
+constexpr bool kMoveRegisters = kMmaWarpgroups == 2;
+constexpr int kRegisterFile = 65536;
+constexpr int kRegisterGranule = 8;  // registers are allocated (and setmaxnreg counts) in 8s
+constexpr int kLaunchRegs = kRegisterFile / kThreads / kRegisterGranule * kRegisterGranule;
+constexpr int kProducerRegs = 32;
+constexpr int kMmaRegs = (kLaunchRegs * kThreads - kLoaderThreads * kProducerRegs) / kMmaThreads / kRegisterGranule * kRegisterGranule;
+static_assert(!kMoveRegisters || (kMmaRegs <= 240 &&
+              kLoaderThreads * kProducerRegs + kMmaThreads * kMmaRegs <= kLaunchRegs * kThreads),
+              "setmaxnreg moves registers within the launch's allocation, at most 240 a thread");
+constexpr int kDsBarrier = 1;  // named barrier between the MMA warpgroups (0 is __syncthreads)
+
+// The producer's handshakes: K and V landed once; per Q stage, its copies landed (full, one
+// arrival per producer thread) and every MMA thread is done with it (empty).
+struct Barriers {
+  unsigned long long kv_full;
+  unsigned long long full[fj_layout::kBwd90Stages];
+  unsigned long long empty[fj_layout::kBwd90Stages];
+};
 constexpr int kWgmmaK = 16;          // a 16-bit wgmma's K step
 constexpr int kAtomElems = fj_layout::kBwd90AtomElems;
 constexpr int kAtomBytes = fj_layout::kBwd90AtomBytes;
@@ -56,6 +81,7 @@ constexpr int kDqWgCols = kDqSplitRows ? kDQK : kDQK / kMmaWarpgroups;
 constexpr int kDqChunk = kDqWgCols < 64 ? kDqWgCols : 64;
 static_assert(kDqWgCols % kDqChunk == 0 && kDqChunk % 16 == 0, "dQ in whole chunks of a multiple of 16 columns");
 constexpr int kQStages = fj_layout::kBwd90Stages;  // Q blocks in shared memory (layout.cuh)
+constexpr int kDsBuffers = fj_layout::kBwd90DsBuffers;
 
 constexpr fj_layout::Bwd90Layout kLayout = fj_layout::bwd90_layout(kHeadDimQK, kHeadDimV, kBlockM, kBlockN);
 

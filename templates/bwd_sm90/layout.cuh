@@ -6,7 +6,8 @@
 // c ^ (r % 8) (the 128-byte swizzle wgmma's descriptors name). K and V stay for the whole kernel;
 // Q, dO and their rows' LSE and D (fp32, in the workspace's row_stat_slot order) come in
 // kBwd90Stages buffers, the next Q block's landing under this one's products; dS is the Q
-// block's dS with queries as rows (dQ = dS.K reads it as its A operand), in atoms of 64 keys.
+// block's dS with queries as rows (dQ = dS.K reads it as its A operand), in atoms of 64 keys, in
+// kBwd90DsBuffers buffers.
 #pragma once
 
 namespace fj_layout {
@@ -22,10 +23,11 @@ constexpr int kBwd90AtomBytes = 128;
 constexpr int kBwd90Align = 1024;      // the swizzle repeats every 8 rows: tiles start aligned to it
 constexpr int kBwd90StatBytes = 4;     // LSE and D: fp32
 constexpr int kBwd90Stages = 2;        // Q blocks in shared memory: this one and the next, loading
+constexpr int kBwd90DsBuffers = 2;     // a warpgroup writes a block's dS while the other reads the last
 
 struct Bwd90Layout {
   int atoms_qk, atoms_v;  // head dims / 64, rounded up
-  int k, v, ds;           // byte offsets from the (1024-aligned) start
+  int k, v, ds, ds_bytes; // byte offsets from the (1024-aligned) start; ds_bytes: one dS buffer
   int q, dout, lse, dpsum, stage;  // stage 0's offsets; stage s is s * stage bytes further on
   int smem_bytes;         // including the alignment slack of the dynamic shared memory start
 };
@@ -41,7 +43,8 @@ FJ_BWD90_FN Bwd90Layout bwd90_layout(int head_dim_qk, int head_dim_v, int block_
   l.v = l.k + block_n * row_qk;
   // dS: block_m query rows of block_n keys, in atoms of 64 keys.
   l.ds = l.v + block_n * row_v;
-  const int stages = l.ds + bwd90_round_up(block_n, kBwd90AtomElems) / kBwd90AtomElems * block_m * kBwd90AtomBytes;
+  l.ds_bytes = bwd90_round_up(block_n, kBwd90AtomElems) / kBwd90AtomElems * block_m * kBwd90AtomBytes;
+  const int stages = l.ds + kBwd90DsBuffers * l.ds_bytes;
   // A stage: Q, dO (both 1024-aligned: whole 8-row groups), then LSE and D; stages 1024-aligned.
   l.q = stages;
   l.dout = l.q + block_m * row_qk;

@@ -36,9 +36,21 @@ FJ_DEVICE void cp_async(void* smem, const void* gmem, int src_bytes) {
                  "l"(gmem), "n"(kBytes), "r"(src_bytes));
   }
 }
+// The same 16-byte copy to a shared-space address (smem_addr's result plus byte offsets).
+template <int kBytes>
+FJ_DEVICE void cp_async_at(unsigned smem, const void* gmem, int src_bytes) {
+  static_assert(kBytes == 16, "cp.async.cg moves 16 bytes");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
 FJ_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 FJ_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
+FJ_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Arrives on the mbarrier once every cp.async this thread issued so far has landed, without
+// raising its expected count: the barrier counts one arrival per copying thread.
+FJ_DEVICE void cp_async_arrive_noinc(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
 
 // --- shared -> register fragment loads --------------------------------------------------------
 FJ_DEVICE void ldmatrix_x4(unsigned (&r)[4], const void* smem) {

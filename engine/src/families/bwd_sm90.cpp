@@ -20,6 +20,7 @@ const KnobTable kKnobs{"bwd_sm90",
 constexpr int kPriority = 90;         // before bwd_sm80, which serves everything this one refuses
 constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
 constexpr int kWarpgroupThreads = 128;
+constexpr int kProducerWarpgroups = 1;  // issues the copies (templates/bwd_sm90/config.cuh's kLoaderThreads)
 constexpr int kWgKeys = 64;           // keys a warpgroup owns (the M of its wgmmas)
 // The shapes so far: one warpgroup of 64 keys (step 1), two sharing each Q block's loads (step 2),
 // and at head dim 64 two on Q blocks of 128 rows (S^T's and dP^T's wgmmas twice as wide for the
@@ -108,7 +109,8 @@ class BwdSm90 final : public KernelFamilyBase {
     const Tiling& t = v.tiling;
     return plan_backward_launches(p, v, workspace,
                                   {t[kBlockM], t[kBlockN], unsigned(kAuxWarps * 32),
-                                   unsigned(t[kMmaWarpgroups] * kWarpgroupThreads), layout_of(v.semantics, t).smem_bytes,
+                                   unsigned((t[kMmaWarpgroups] + kProducerWarpgroups) * kWarpgroupThreads),
+                                   layout_of(v.semantics, t).smem_bytes,
                                    aux_layout_of(v.semantics, t).convert_smem_bytes},
                                   out);
   }
