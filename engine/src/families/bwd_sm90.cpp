@@ -29,8 +29,9 @@ const Tiling kOne(kKnobs, {64, 64, 1});
 const Tiling kTwo(kKnobs, {64, 128, 2});
 const Tiling kTwoWide(kKnobs, {128, 128, 2});
 constexpr int kWideBlockMHeadDim = 64;  // 128-row Q blocks only here: their S^T and dP^T fit the registers
-// One warpgroup holds dK and dV of 64 keys and, at head dim 128, dQ's two column chunks in turn:
-// 254-255 registers, spilling once the next block's copies issue under S^T and dP^T.
+// One warpgroup holds dK and dV of 64 keys and, at head dim 128, dQ's two column chunks in turn.
+// It spilled there while the MMA warps issued the copies, and was the slower tiling before that;
+// with the producer warpgroup it compiles without spills (252 registers) but has not run on a GPU.
 constexpr int kOneWarpgroupMaxHeadDim = 64;
 
 fj_layout::Bwd90Layout layout_of(const Semantics& s, const Tiling& t) {
@@ -81,7 +82,7 @@ class BwdSm90 final : public KernelFamilyBase {
       return broken(t, "block_m must be 64 (the N of S^T's wgmma, one Q block), or 128 with 2 MMA warpgroups at head dim 64");
     if (t[kBlockN] != kWgKeys * t[kMmaWarpgroups]) return broken(t, "block_n must be 64 keys per MMA warpgroup");
     if (t[kMmaWarpgroups] == 1 && s.head_dim_qk > kOneWarpgroupMaxHeadDim)
-      return broken(t, "one MMA warpgroup serves head dim 64 only (at 128 its registers spill)");
+      return broken(t, "one MMA warpgroup serves head dim 64 only (at 128 it was the slower tiling)");
     return {};
   }
 
