@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds flashjit-bench and test_gpu once per template variant, for an A/B on the device: each
-# variant is this checkout's templates with patch files applied (kernels are embedded in the
-# engine, so a variant costs one incremental build), then packs them with pack_ab_builds.sh.
+# Builds flashjit-bench, test_gpu and libflashjit.so once per template variant, for an A/B on the
+# device: each variant is this checkout's templates with patch files applied (kernels are embedded
+# in the engine, so a variant costs one incremental build). The tools go to .carry/ab/NAME through
+# pack_ab_builds.sh (for device_bwd90_ab.sh), the library beside them, stripped (for ab_libs.py's
+# --lib and --base-lib).
 #   bash bench/build_template_variants.sh base= fence=docs/design/wip/bwd90_producer_fence.patch \
 #        both=docs/design/wip/bwd90_producer_fence.patch+docs/design/wip/bwd90_dq_bulk_reduce.patch
 # NAME= (no patch) is the checkout as it is. templates/ must have no uncommitted change; it is
@@ -24,12 +26,17 @@ for spec in "$@"; do
     git apply "$p" || { echo "variant $name: $p does not apply" >&2; exit 1; }
   done
   echo "== $name: ${patches:-(as checked out)}"
-  ninja -C "$build" flashjit-bench test_gpu | tail -1
+  ninja -C "$build" flashjit-bench test_gpu flashjit | tail -1
   mkdir -p "$out/$name"
   cp "$build/tools/flashjit-bench" "$build/tests/gpu/test_gpu" "$out/$name/"
+  cp -L "$build/libflashjit.so" "$out/$name/"
   specs+=("$name=$out/$name")
 done
 restore
-ninja -C "$build" flashjit-bench test_gpu | tail -1  # the build matches the checkout again
+ninja -C "$build" flashjit-bench test_gpu flashjit | tail -1  # the build matches the checkout again
 bash bench/pack_ab_builds.sh "${specs[@]}"
+for spec in "${specs[@]}"; do
+  cp "${spec#*=}/libflashjit.so" ".carry/ab/${spec%%=*}/" && strip --strip-unneeded ".carry/ab/${spec%%=*}/libflashjit.so"
+done
+du -sh .carry/ab
 rm -rf "$out"
