@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Builds flashjit-bench, test_gpu and libflashjit.so once per template variant, for an A/B on the
 # device: each variant is this checkout's templates with patch files applied (kernels are embedded
-# in the engine, so a variant costs one incremental build). The tools go to .carry/ab/NAME through
-# pack_ab_builds.sh (for device_bwd90_ab.sh), the library beside them, stripped (for ab_libs.py's
-# --lib and --base-lib).
+# in the engine, so a variant costs one incremental build), packed into .carry/ab/NAME by
+# pack_ab_builds.sh (the tools for device_bwd90_ab.sh, the library for ab_libs.py).
 #   bash bench/build_template_variants.sh base= fence=docs/design/wip/bwd90_producer_fence.patch \
 #        both=docs/design/wip/bwd90_producer_fence.patch+docs/design/wip/bwd90_dq_bulk_reduce.patch
 # NAME= (no patch) is the checkout as it is. templates/ must have no uncommitted change; it is
@@ -35,8 +34,4 @@ done
 restore
 ninja -C "$build" flashjit-bench test_gpu flashjit | tail -1  # the build matches the checkout again
 bash bench/pack_ab_builds.sh "${specs[@]}"
-for spec in "${specs[@]}"; do
-  cp "${spec#*=}/libflashjit.so" ".carry/ab/${spec%%=*}/" && strip --strip-unneeded ".carry/ab/${spec%%=*}/libflashjit.so"
-done
-du -sh .carry/ab
 rm -rf "$out"

@@ -51,7 +51,7 @@ FJ_DEVICE void load_tile(unsigned char* tile, const Elem* src, long long row_str
 #pragma unroll 1
   for (int n = 0; n < kRows / kRowStep; ++n) {
     const bool valid = row0 + n * kRowStep < rows_valid;
-    cp_async_at<16>(dst + unsigned(n * kRowStep * kAtomBytes), valid ? from : src, valid ? 16 : 0);
+    cp_async_16_at(dst + unsigned(n * kRowStep * kAtomBytes), valid ? from : src, valid ? 16 : 0);
     from += step;
   }
 }

@@ -39,10 +39,10 @@ static_assert(!kWindow && !kVarlen && !kKvLens && !kSoftcap && !kAlibi && !kSink
               "bwd_sm90: no mask but causal, no other semantics so far (the host refuses them)");
 
 constexpr bool kBf16 = kDtype == kBF16;
-constexpr int kMmaThreads = 128 * kMmaWarpgroups;
-// A producer warpgroup after the MMA warpgroups issues every copy (cp.async, counted on mbarriers).
-constexpr int kLoaderThreads = 128;
-constexpr int kThreads = kMmaThreads + kLoaderThreads;
+constexpr int kMmaThreads = fj_layout::kBwd90WarpgroupThreads * kMmaWarpgroups;
+constexpr int kThreads = fj_layout::bwd90_threads(kMmaWarpgroups);
+// The producer warpgroup after the MMA warpgroups issues every copy (cp.async, counted on mbarriers).
+constexpr int kLoaderThreads = kThreads - kMmaThreads;
 // setmaxnreg with two MMA warpgroups: the CTA holds what its launch gave it (384 threads at 168
 // registers; setmaxnreg.inc waits forever for registers beyond that pool). The producer keeps 32
 // (its copy loop spilled at 24), the MMA warpgroups take the rest (dK, dV, S^T, dP^T and their
@@ -52,10 +52,11 @@ constexpr int kRegisterFile = 65536;
 constexpr int kRegisterGranule = 8;  // registers are allocated (and setmaxnreg counts) in 8s
 constexpr int kLaunchRegs = kRegisterFile / kThreads / kRegisterGranule * kRegisterGranule;
 constexpr int kProducerRegs = 32;
+constexpr int kSetmaxnregCap = 240;  // a thread addresses at most 255 registers; setmaxnreg counts in 8s
 constexpr int kMmaRegs = (kLaunchRegs * kThreads - kLoaderThreads * kProducerRegs) / kMmaThreads / kRegisterGranule * kRegisterGranule;
-static_assert(!kMoveRegisters || (kMmaRegs <= 240 &&
+static_assert(!kMoveRegisters || (kMmaRegs <= kSetmaxnregCap &&
               kLoaderThreads * kProducerRegs + kMmaThreads * kMmaRegs <= kLaunchRegs * kThreads),
-              "setmaxnreg moves registers within the launch's allocation, at most 240 a thread");
+              "setmaxnreg moves registers within the launch's allocation, at most kSetmaxnregCap a thread");
 constexpr int kDsBarrier = 1;  // named barrier between the MMA warpgroups (0 is __syncthreads)
 
 // The producer's handshakes: K and V landed once; per Q stage, its copies landed (full, one

@@ -1,5 +1,6 @@
-// Shared-memory layout of the bwd_sm90 main kernel, included by the kernel and by the host (which
-// needs the byte count to launch and to prune tilings without a GPU): one definition.
+// Shared-memory layout and thread count of the bwd_sm90 main kernel, included by the kernel and by
+// the host (which needs both to launch, and the byte count to prune tilings without a GPU): one
+// definition.
 //
 // Every 16-bit tile is stored as fa3_sm90's are: atoms of 64 head-dim elements (128 bytes) by the
 // tile's rows, one atom after another along the head dim, the 16-byte chunk c of row r at chunk
@@ -24,6 +25,13 @@ constexpr int kBwd90Align = 1024;      // the swizzle repeats every 8 rows: tile
 constexpr int kBwd90StatBytes = 4;     // LSE and D: fp32
 constexpr int kBwd90Stages = 2;        // Q blocks in shared memory: this one and the next, loading
 constexpr int kBwd90DsBuffers = 2;     // a warpgroup writes a block's dS while the other reads the last
+constexpr int kBwd90WarpgroupThreads = 128;
+constexpr int kBwd90ProducerWarpgroups = 1;  // after the MMA warpgroups: issues every copy
+
+// Threads of the main kernel's CTA: what the host launches and what the kernel's roles assume.
+FJ_BWD90_FN int bwd90_threads(int mma_warpgroups) {
+  return (mma_warpgroups + kBwd90ProducerWarpgroups) * kBwd90WarpgroupThreads;
+}
 
 struct Bwd90Layout {
   int atoms_qk, atoms_v;  // head dims / 64, rounded up

@@ -25,22 +25,19 @@ FJ_DEVICE int lane_id() {
 
 // --- asynchronous global -> shared copies (sm_80) -------------------------------------------
 // src_bytes < size zero-fills the rest, which is how out-of-range rows become zeros.
+// cp_async_16_at: the 16-byte copy to a shared-space address (smem_addr's result plus offsets).
+FJ_DEVICE void cp_async_16_at(unsigned smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
 template <int kBytes>
 FJ_DEVICE void cp_async(void* smem, const void* gmem, int src_bytes) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async moves 4, 8 or 16 bytes");
   if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-                 "l"(gmem), "r"(src_bytes));
+    cp_async_16_at(smem_addr(smem), gmem, src_bytes);
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)),
                  "l"(gmem), "n"(kBytes), "r"(src_bytes));
   }
-}
-// The same 16-byte copy to a shared-space address (smem_addr's result plus byte offsets).
-template <int kBytes>
-FJ_DEVICE void cp_async_at(unsigned smem, const void* gmem, int src_bytes) {
-  static_assert(kBytes == 16, "cp.async.cg moves 16 bytes");
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
 FJ_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>

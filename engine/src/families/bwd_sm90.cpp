@@ -19,8 +19,6 @@ const KnobTable kKnobs{"bwd_sm90",
 
 constexpr int kPriority = 90;         // before bwd_sm80, which serves everything this one refuses
 constexpr int kAuxWarps = 4;          // bwd_sm80's preprocess and convert as templates/bwd_sm90/config.cuh sets them
-constexpr int kWarpgroupThreads = 128;
-constexpr int kProducerWarpgroups = 1;  // issues the copies (templates/bwd_sm90/config.cuh's kLoaderThreads)
 constexpr int kWgKeys = 64;           // keys a warpgroup owns (the M of its wgmmas)
 // The shapes so far: one warpgroup of 64 keys (step 1), two sharing each Q block's loads (step 2),
 // and at head dim 64 two on Q blocks of 128 rows (S^T's and dP^T's wgmmas twice as wide for the
@@ -110,7 +108,7 @@ class BwdSm90 final : public KernelFamilyBase {
     const Tiling& t = v.tiling;
     return plan_backward_launches(p, v, workspace,
                                   {t[kBlockM], t[kBlockN], unsigned(kAuxWarps * 32),
-                                   unsigned((t[kMmaWarpgroups] + kProducerWarpgroups) * kWarpgroupThreads),
+                                   unsigned(fj_layout::bwd90_threads(t[kMmaWarpgroups])),
                                    layout_of(v.semantics, t).smem_bytes,
                                    aux_layout_of(v.semantics, t).convert_smem_bytes},
                                   out);
