@@ -81,55 +81,73 @@ FJ_DEVICE void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
                : "memory");
 }
 
-// row_stat_slot(8j + r) = r * kStatRun + j: a Q block's LSE and D grouped by row % 8.
-static_assert(fj::bwd::kRowGroups == 8, "the statistics' groups are the n8 tiles' 8 columns");
+// row_stat_slot(8j + r) = r * kStatRun + j: a Q block's LSE and D grouped by row % 8, each run
+// of kStatRun floats followed by padding in a stage (layout.cuh).
+static_assert(fj::bwd::kRowGroups == fj_layout::kBwd90StatRuns, "the statistics' runs are the n8 tiles' 8 columns");
 constexpr int kStatRun = kBlockM / fj::bwd::kRowGroups;
+constexpr int kStatRunStride = kStatRun + fj_layout::kBwd90StatRunPad / fj_layout::kBwd90StatBytes;
+constexpr int kFloatsPer16B = 4;
 
-// P^T of one Q block from S^T, in place (run while dP^T's product still runs). Column c of the
-// accumulators is query c of the block: n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}; a
-// thread's columns' statistics are, for each e of 2t + e (t = lane % 4), kStatRun consecutive
-// floats of row_stat_slot order: 16-byte loads. kMasked (causal, a block the diagonal cuts): keys past
-// query + diagonal get P = 0, where diagonal = key of this thread's row g minus query of its
-// column 2t (sequence offsets folded in).
+// A thread's LSE or D values of one Q block: column c of the accumulators is query c of the block,
+// n8 tile j holds columns 8j + 2 (lane % 4) + {0, 1}, so for each e of 2t + e (t = lane % 4) the
+// thread's columns' statistics are run 2t + e: Stats::at[q][e] holds those of tiles 4q .. 4q + 3.
+// The first kStatsAhead [q] (all at 64 queries, half at 128) are loaded before the wgmma wait
+// that precedes their use, so their latency runs under the product (loaded after it, the first
+// exponentials and dS waited on them); the rest as they are used, under the earlier ones' math
+// (all ahead, or all at once after the wait, spilled at 128 queries with the causal mask).
+constexpr int kStatsAhead = 2;
+struct Stats {
+  float4 at[kBlockM / 32][2];
+  const float* from;
+  int t2;  // 2 (lane % 4)
+  FJ_DEVICE Stats(const float* stats, int lane) : from(stats), t2(2 * (lane % 4)) {
+#pragma unroll
+    for (int q = 0; q < kStatsAhead; ++q) load(q);
+  }
+  FJ_DEVICE void load(int q) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) at[q][e] = *reinterpret_cast<const float4*>(from + (t2 + e) * kStatRunStride + q * kFloatsPer16B);
+  }
+  // Before the first use of [q]: loads it unless it came ahead.
+  FJ_DEVICE void need(int q) {
+    if (q >= kStatsAhead) load(q);
+  }
+  FJ_DEVICE float of(int j, int e) const { return reinterpret_cast<const float*>(&at[j / 4][e & 1])[j % 4]; }
+};
+
+// P^T of one Q block from S^T, in place (run while dP^T's product still runs). kMasked (causal, a
+// block the diagonal cuts): keys past query + diagonal get P = 0, where diagonal = key of this
+// thread's row g minus query of its column 2t (sequence offsets folded in).
 template <bool kMasked>
-FJ_DEVICE void probabilities(float (&st)[kBlockM / 2], const float* lse, float score_scale, int lane, int diagonal) {
-  const int t2 = 2 * (lane % 4);
+FJ_DEVICE void probabilities(float (&st)[kBlockM / 2], Stats& lse, float score_scale, int diagonal) {
 #pragma unroll
-  for (int q = 0; q < kBlockM / 32; ++q) {  // j = 4q .. + 3
-    float4 l[2];
+  for (int j = 0; j < kBlockM / 8; ++j) {
+    if (j % 4 == 0) lse.need(j / 4);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) l[e] = *reinterpret_cast<const float4*>(lse + (t2 + e) * kStatRun + q * 4);
-#pragma unroll
-    for (int j = 4 * q; j < 4 * q + 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float* lj = reinterpret_cast<const float*>(&l[e & 1]);
-        float& s = st[4 * j + e];
-        // Key g + 8 (e >> 1) against query 8j + (e & 1) (both beyond the thread's own offsets).
-        if (kMasked && 8 * (e >> 1) - 8 * j - (e & 1) > -diagonal) s = neg_inf();
-        s = exp2_approx(fmaf(s, score_scale, -lj[j % 4]));
-      }
+    for (int e = 0; e < 4; ++e) {
+      float& s = st[4 * j + e];
+      // Key g + 8 (e >> 1) against query 8j + (e & 1) (both beyond the thread's own offsets).
+      if (kMasked && 8 * (e >> 1) - 8 * j - (e & 1) > -diagonal) s = neg_inf();
+      s = exp2_approx(fmaf(s, score_scale, -lse.of(j, e)));
+    }
   }
 }
 
 // dS^T = P^T (dP^T - D), and both packed per 16 queries as wgmma's register A fragments (n8
-// tiles 2kk and 2kk + 1 of the accumulators). dsum: the block's D in row_stat_slot order.
-FJ_DEVICE void grads_and_pack(const float (&pt)[kBlockM / 2], float (&dpt)[kBlockM / 2], const float* dsum, int lane,
+// tiles 2kk and 2kk + 1 of the accumulators).
+FJ_DEVICE void grads_and_pack(const float (&pt)[kBlockM / 2], float (&dpt)[kBlockM / 2], Stats& dsum,
                               unsigned (&pa)[kBlockM / 16][4], unsigned (&da)[kBlockM / 16][4]) {
-  const int t2 = 2 * (lane % 4);
   // 16 queries at a time, packed as soon as formed: P^T and dP^T die as they are packed (with dK
   // and dV held, forming every dS first spilled at head dim 128).
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) {
-    float4 ds[2];  // [e]: j = 4 (kk / 2) .. + 3
-#pragma unroll
-    for (int e = 0; e < 2; ++e) ds[e] = *reinterpret_cast<const float4*>(dsum + (t2 + e) * kStatRun + kk / 2 * 4);
+    if (kk % 2 == 0) dsum.need(kk / 2);
 #pragma unroll
     for (int j = 2 * kk; j < 2 * kk + 2; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float& d = dpt[4 * j + e];
-        d = pt[4 * j + e] * (d - reinterpret_cast<const float*>(&ds[e & 1])[j % 4]);
+        d = pt[4 * j + e] * (d - dsum.of(j, e));
       }
     const float *lo = pt + 8 * kk, *hi = lo + 4, *dlo = dpt + 8 * kk, *dhi = dlo + 4;
     pa[kk][0] = pack(lo[0], lo[1]), pa[kk][1] = pack(lo[2], lo[3]), pa[kk][2] = pack(hi[0], hi[1]), pa[kk][3] = pack(hi[2], hi[3]);
@@ -183,10 +201,12 @@ FJ_DEVICE void load_q_block(unsigned char* stage, const FjBackwardParams& p, con
   load_tile<kBlockM, kHeadDimV>(stage + (kLayout.dout - kLayout.q),
                                 row_at(static_cast<const Elem*>(p.dout), p.dout_stride, seq.batch, seq.q_start + m0, head),
                                 p.dout_stride[1], seq.len_q - m0, tid);
-  constexpr int kFloatsPer16B = 4;  // the workspace rows of a Q block start 64-byte aligned
+  // The workspace rows of a Q block start 64-byte aligned; chunk c is 16 bytes of run c / kChunks.
+  constexpr int kChunks = kStatRun / kFloatsPer16B;
   for (int c = tid; c < kBlockM / kFloatsPer16B; c += kLoaderThreads) {
-    cp_async<16>(stage + (kLayout.lse - kLayout.q) + c * 16, p.lse_log2 + ws_head + m0 + c * kFloatsPer16B, 16);
-    cp_async<16>(stage + (kLayout.dpsum - kLayout.q) + c * 16, p.dpsum + ws_head + m0 + c * kFloatsPer16B, 16);
+    const int at = (c / kChunks * kStatRunStride + c % kChunks * kFloatsPer16B) * fj_layout::kBwd90StatBytes;
+    cp_async<16>(stage + (kLayout.lse - kLayout.q) + at, p.lse_log2 + ws_head + m0 + c * kFloatsPer16B, 16);
+    cp_async<16>(stage + (kLayout.dpsum - kLayout.q) + at, p.dpsum + ws_head + m0 + c * kFloatsPer16B, 16);
   }
 }
 
@@ -235,8 +255,15 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
   const int m_count = m_blocks - m_begin;
   const int group = kGqa ? f.group : 1;
   const int blocks = group * m_count;
-  auto head_of = [&](int i) { return kv_head * group + i / m_count; };
-  auto m0_of = [&](int i) { return (m_begin + i % m_count) * kBlockM; };
+  // Block `it` of the walk is Q block m_begin + it % m_count of q-head kv_head * group + it /
+  // m_count; both roles step through them in order, so a running pair replaces the divisions.
+  struct Walk {
+    int m0, head;
+  };
+  auto next = [&](Walk w) {
+    return w.m0 + kBlockM < m_blocks * kBlockM ? Walk{w.m0 + kBlockM, w.head} : Walk{m_begin * kBlockM, w.head + 1};
+  };
+  const Walk first{m_begin * kBlockM, kv_head * group};
   auto ws_head_of = [&](int head) {
     return (static_cast<long long>(blockIdx.z) * f.heads_q + head) * p.seqlen_q_rounded;
   };
@@ -263,10 +290,11 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     load_tile<kBlockN, kHeadDimV>(v_tile, row_at(static_cast<const Elem*>(f.v), f.v_stride, seq.batch, seq.k_start + n0, kv_head),
                                   f.v_stride[1], keys, ptid);
     cp_async_arrive_noinc(&bars.kv_full);
-    for (int it = 0; it < blocks; ++it) {
+    Walk w = first;
+    for (int it = 0; it < blocks; ++it, w = next(w)) {
       const int s = it % kQStages;
       if (it >= kQStages) mbarrier_wait(&bars.empty[s], unsigned(it / kQStages - 1) & 1u);
-      load_q_block(stage_of(it), p, seq, head_of(it), ws_head_of(head_of(it)), m0_of(it), ptid);
+      load_q_block(stage_of(it), p, seq, w.head, ws_head_of(w.head), w.m0, ptid);
       cp_async_arrive_noinc(&bars.full[s]);
     }
     cp_async_wait_all();  // no copy outlives its thread
@@ -285,9 +313,10 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
 #pragma unroll
   for (int i = 0; i < kDV / 2; ++i) dv[i] = 0.f;
   mbarrier_wait(&bars.kv_full, 0);
-  for (int it = 0; it < blocks; ++it) {
-    const int m0 = m0_of(it);
-    const long long ws_head = ws_head_of(head_of(it));
+  Walk w = first;
+  for (int it = 0; it < blocks; ++it, w = next(w)) {
+    const int m0 = w.m0;
+    const long long ws_head = ws_head_of(w.head);
     const unsigned char* stage = stage_of(it);
     const unsigned char* q_tile = stage;
     const unsigned char* do_tile = stage + (kLayout.dout - kLayout.q);
@@ -311,18 +340,20 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     for (int k = 0; k < kDV / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
+    Stats lse_of(lse, lane);
     wgmma_wait<1>();
     fence_registers(st);
     // The diagonal cuts this block where its first query does not see the CTA's last key.
     const int diagonal = my_key - (m0 + 2 * (lane % 4) + seq.offset());
     if (kCausal && m0 + seq.offset() < n0 + kBlockN - 1)
-      probabilities<true>(st, lse, f.scale_log2, lane, diagonal);
+      probabilities<true>(st, lse_of, f.scale_log2, diagonal);
     else
-      probabilities<false>(st, lse, f.scale_log2, lane, diagonal);
+      probabilities<false>(st, lse_of, f.scale_log2, diagonal);
+    Stats d_of(dsum, lane);
     wgmma_wait<0>();
     fence_registers(dpt);
     unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
-    grads_and_pack(st, dpt, dsum, lane, pa, da);
+    grads_and_pack(st, dpt, d_of, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
     named_barrier_sync(kDsBarrier, kMmaThreads);  // every warpgroup's dS: dQ reads all the keys
