@@ -15,6 +15,11 @@ FJ_DEVICE void store_shared_zero16(void* p) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr(p)), "r"(0u) : "memory");
 }
 
+// Four bytes at a 4-byte aligned shared-space address (smem_addr's result plus byte offsets).
+FJ_DEVICE void store_shared_u32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // The lane index as a volatile read: code using it stays where it is written (the compiler may
 // not hoist it out of a loop and keep what it derives live across the loop).
 FJ_DEVICE int lane_id() {

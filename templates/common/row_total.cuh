@@ -28,10 +28,12 @@ FJ_DEVICE RowTotal row_total(float sum, float row_max, float score_scale, float 
     const float top = fmaxf(shift, sink_log2);
     const float a = exp2_approx(shift - top);  // 0 for a row that saw no key
     const float total = top == neg_inf() ? 0.f : sum * a + exp2_approx(sink_log2 - top);
-    r.inv = total > 0.f ? a / total : 0.f;
+    r.inv = total > 0.f ? a * rcp_approx(total) : 0.f;  // total >= 1: one of its terms is exp2(0)
     r.lse = total > 0.f ? (top + log2f(total)) * kLn2 : neg_inf();
   } else {
-    r.inv = sum > 0.f ? 1.f / sum : 0.f;  // rows that saw no key give zeros
+    // rows that saw no key give zeros; sum >= 1 otherwise (the max's own term), so the approximate
+    // reciprocal (1 ulp, no IEEE slow path per row) is exact enough for every output type.
+    r.inv = sum > 0.f ? rcp_approx(sum) : 0.f;
     r.lse = sum > 0.f ? (shift + log2f(sum)) * kLn2 : neg_inf();  // -inf: the log of an empty sum
   }
   return r;

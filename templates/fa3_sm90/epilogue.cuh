@@ -51,17 +51,20 @@ FJ_DEVICE void store_tile(const FjFa3Params& prm, const ConsumerRows& rows, cons
   // The lane read again here, opaquely: otherwise the compiler hoists the tile's swizzled
   // addresses (two per 8 columns) out of the tile walk, and they stay live through the main loop.
   const int lane_now = lane_id();
+  // Columns 8 nt + 2 (lane % 4) + {0, 1}: atom nt / 8, 16-byte chunk nt % 8 (swizzled by the
+  // row), bytes 4 (lane % 4) within it. All unsigned, the column parts compile-time per nt.
+  constexpr unsigned kChunksPerAtom = fj_layout::kAtomElems / 8;
+  constexpr unsigned kAtomTileBytes = kRowsPerWg * kAtomBytes;
+  const unsigned lane_u = unsigned(lane_now);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + lane_now / 4 + h * 8;  // the row within the consumer's 64
+    const unsigned r = unsigned(warp) * 16u + lane_u / 4u + unsigned(h) * 8u;  // the row within the consumer's 64
+    const unsigned row_at = smem_addr(tile) + r * kAtomBytes + 4u * (lane_u % 4u), swizzle = (r % 8u) * 16u;
     const RowTotal total = row_total<kSinks>(quad_sum(sm.row_sum[0][h]), sm.row_max[0][h], rows.score_scale, sink_log2);
 #pragma unroll
     for (int nt = 0; nt < kHeadDimV / 8; ++nt) {
-      const int col = nt * 8 + 2 * (lane_now % 4), within = col % fj_layout::kAtomElems;
-      const int chunk = (within * 2 / 16) ^ (r % 8);
-      unsigned char* at = tile + (col / fj_layout::kAtomElems) * kRowsPerWg * kAtomBytes + r * kAtomBytes + chunk * 16 +
-                          within * 2 % 16;
-      *reinterpret_cast<unsigned*>(at) = pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv);
+      const unsigned at = row_at + unsigned(nt) / kChunksPerAtom * kAtomTileBytes + ((unsigned(nt) % kChunksPerAtom * 16u) ^ swizzle);
+      store_shared_u32(at, pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv));
     }
     const int row = rows.row0 + h * 8;
     if (kWriteLse && lane % 4 == 0 && row < rows.seq.len_q) store_lse(p, rows.seq, head, row, total.lse);
