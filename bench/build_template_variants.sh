@@ -3,8 +3,7 @@
 # device: each variant is this checkout's templates with patch files applied (kernels are embedded
 # in the engine, so a variant costs one incremental build), packed into .carry/ab/NAME by
 # pack_ab_builds.sh (the tools for device_bwd90_ab.sh, the library for ab_libs.py).
-#   bash bench/build_template_variants.sh base= fence=docs/design/wip/bwd90_producer_fence.patch \
-#        both=docs/design/wip/bwd90_producer_fence.patch+docs/design/wip/bwd90_dq_bulk_reduce.patch
+#   bash bench/build_template_variants.sh base= fence=/tmp/fence.patch both=/tmp/fence.patch+/tmp/bulk.patch
 # NAME= (no patch) is the checkout as it is. templates/ must have no uncommitted change; it is
 # left as it was, also when a patch or a build fails. BUILD_DIR (build) must be configured.
 set -euo pipefail
