@@ -340,20 +340,20 @@ flashjit_bwd_main(const __grid_constant__ FjBackwardParams p) {
     for (int k = 0; k < kDV / kWgmmaK; ++k)
       Wgmma<kBlockM>::template ss<kBf16, 0>(dpt, k_major<kBlockN>(v_rows, k), k_major<kBlockM>(do_tile, k), k > 0 ? 1 : 0);
     wgmma_commit();
-    Stats lse_of(lse, lane);
+    Stats lse_regs(lse, lane);
     wgmma_wait<1>();
     fence_registers(st);
     // The diagonal cuts this block where its first query does not see the CTA's last key.
     const int diagonal = my_key - (m0 + 2 * (lane % 4) + seq.offset());
     if (kCausal && m0 + seq.offset() < n0 + kBlockN - 1)
-      probabilities<true>(st, lse_of, f.scale_log2, diagonal);
+      probabilities<true>(st, lse_regs, f.scale_log2, diagonal);
     else
-      probabilities<false>(st, lse_of, f.scale_log2, diagonal);
-    Stats d_of(dsum, lane);
+      probabilities<false>(st, lse_regs, f.scale_log2, diagonal);
+    Stats dsum_regs(dsum, lane);
     wgmma_wait<0>();
     fence_registers(dpt);
     unsigned pa[kBlockM / 16][4], da[kBlockM / 16][4];
-    grads_and_pack(st, dpt, d_of, pa, da);
+    grads_and_pack(st, dpt, dsum_regs, pa, da);
     store_ds(ds_tile, da, warp, lane);
     fence_async_shared();
     named_barrier_sync(kDsBarrier, kMmaThreads);  // every warpgroup's dS: dQ reads all the keys
