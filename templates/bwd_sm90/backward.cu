@@ -73,14 +73,6 @@ FJ_DEVICE unsigned long long n_major(const unsigned char* tile, int k) {
 
 FJ_DEVICE unsigned pack(float lo, float hi) { return kBf16 ? pack_bf16x2(lo, hi) : pack_f16x2(lo, hi); }
 
-// Four 8x8 16-bit matrices, stored transposed: lane l names the address of row l % 8 of matrix
-// l / 8 as stored; register i holds matrix i in the m16n8 fragment order.
-FJ_DEVICE void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
-               "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-}
-
 // row_stat_slot(8j + r) = r * kStatRun + j: a Q block's LSE and D grouped by row % 8, each run
 // of kStatRun floats followed by padding in a stage (layout.cuh).
 static_assert(fj::bwd::kRowGroups == fj_layout::kBwd90StatRuns, "the statistics' runs are the n8 tiles' 8 columns");

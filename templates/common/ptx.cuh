@@ -15,11 +15,6 @@ FJ_DEVICE void store_shared_zero16(void* p) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem_addr(p)), "r"(0u) : "memory");
 }
 
-// Four bytes at a 4-byte aligned shared-space address (smem_addr's result plus byte offsets).
-FJ_DEVICE void store_shared_u32(unsigned addr, unsigned v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
 // The lane index as a volatile read: code using it stays where it is written (the compiler may
 // not hoist it out of a loop and keep what it derives live across the loop).
 FJ_DEVICE int lane_id() {
@@ -78,6 +73,14 @@ FJ_DEVICE void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+// ldmatrix .trans's inverse (sm_90): four 8x8 16-bit matrices, stored transposed; lane l names
+// the address of row l % 8 of matrix l / 8 as stored; register i holds matrix i in the m16n8
+// fragment order.
+FJ_DEVICE void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 // Four bytes to a shared-space address (see ldmatrix_x4_at).
 FJ_DEVICE void st_shared_b32(unsigned addr, unsigned v) {

@@ -64,7 +64,7 @@ FJ_DEVICE void store_tile(const FjFa3Params& prm, const ConsumerRows& rows, cons
 #pragma unroll
     for (int nt = 0; nt < kHeadDimV / 8; ++nt) {
       const unsigned at = row_at + unsigned(nt) / kChunksPerAtom * kAtomTileBytes + ((unsigned(nt) % kChunksPerAtom * 16u) ^ swizzle);
-      store_shared_u32(at, pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv));
+      st_shared_b32(at, pack(o[nt * 4 + 2 * h] * total.inv, o[nt * 4 + 2 * h + 1] * total.inv));
     }
     const int row = rows.row0 + h * 8;
     if (kWriteLse && lane % 4 == 0 && row < rows.seq.len_q) store_lse(p, rows.seq, head, row, total.lse);
