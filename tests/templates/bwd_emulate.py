@@ -1,22 +1,27 @@
 #!/usr/bin/env python3
-"""Runs the bwd_sm80 kernels on the CPU, fragments and all, against float64 gradients.
+"""Runs the bwd_sm80 (or bwd_sm90) kernels on the CPU, fragments and all, against float64 gradients.
 
 No GPU here: each variant's rendered source (compile_bwd_check.py's render, the engine's
 render_source) is compiled as host C++ with tests/templates/emu/ standing in for CUDA (a fiber
 per thread, __syncthreads and the warp-collective ldmatrix / mma / shuffles as barriers whose
-last arriver computes every lane's result from the instruction's definition) and run on small
-odd shapes by tests/templates/emu/bwd_emu_main.cpp, which fills the kernels' params as the
-engine does and compares dq, dk, dv (and dsinks) with float64 gradients: the same 4x-rounding
-bound as tests/gpu/test_backward.cpp. This checks the kernels' index arithmetic (warp tiles,
-ldmatrix addresses, the dQ accumulator's register order and convert's inverse, the masks, the
-stage buffers' reuse, the walk), not their speed or the real instructions' rounding.
+last arriver computes every lane's result from the instruction's definition; for bwd_sm90 also
+the warpgroup-collective wgmma from its matrix descriptors, run at its wait, mbarriers whose
+waiters sleep until the phase completes, named barriers and stmatrix) and run on small odd
+shapes by tests/templates/emu/bwd_emu_main.cpp, which fills the kernels' params as the engine
+does and compares dq, dk, dv (and dsinks) with float64 gradients: the same 4x-rounding bound as
+tests/gpu/test_backward.cpp. This checks the kernels' index arithmetic (warp tiles, ldmatrix
+addresses, wgmma descriptors and swizzles, the dQ accumulator's register order and convert's
+inverse, the masks, the stage buffers' reuse, the walk), not their speed or the real
+instructions' rounding.
 
-Usage: python3 tests/templates/bwd_emulate.py [--quick] [--filter SUBSTRING] [-j N]
+Usage: python3 tests/templates/bwd_emulate.py [--family bwd_sm80|bwd_sm90|all] [--quick]
+           [--filter SUBSTRING] [-j N] [--templates DIR] [--with-deterministic]
 Exit status 0 when every case passes.
 """
 import argparse
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,12 +34,20 @@ import compile_bwd_check  # noqa: E402  (render(): the engine's source rendering
 
 EMU = os.path.join(HERE, "emu")
 
+# The emulated headers, each in place of the templates' file of the same path.
+EMULATED_HEADERS = ("common/ptx.cuh", "common/sm90/async_copy.cuh", "common/sm90/wgmma.cuh", "common/sm90/wgmma_ops.cuh")
+# What the emulated kernels include: no inline asm may be left there (g++ would hand it to the
+# host assembler).
+EMULATED_DIRS = ("bwd_sm80", "bwd_sm90", "common")
+ASM = re.compile(r"\basm\s*(volatile\s*)?\(")
 
-def prepare_templates(tmp):
-    """templates/ with the emulation's common/ptx.cuh, and `extern __shared__` (dynamic shared
-    memory, one global buffer here) apart from `__shared__` (a CTA's static arrays: `static`)."""
+
+def prepare_templates(tmp, source):
+    """`source` (a templates/ tree) with the emulation's headers, and `extern __shared__` (dynamic
+    shared memory, one global buffer here) apart from `__shared__` (a CTA's static arrays:
+    `static`)."""
     dst = os.path.join(tmp, "templates")
-    shutil.copytree(os.path.join(ROOT, "templates"), dst)
+    shutil.copytree(source, dst)
     for dirpath, _, files in os.walk(dst):
         for f in files:
             if f.endswith((".cu", ".cuh")):
@@ -42,18 +55,27 @@ def prepare_templates(tmp):
                 text = open(path).read()
                 if "extern __shared__" in text:
                     open(path, "w").write(text.replace("extern __shared__", "extern"))
-    shutil.copy(os.path.join(EMU, "common", "ptx.cuh"), os.path.join(dst, "common", "ptx.cuh"))
+    for header in EMULATED_HEADERS:
+        shutil.copy(os.path.join(EMU, header), os.path.join(dst, header))
+    for d in EMULATED_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(dst, d)):
+            for f in files:
+                path = os.path.join(dirpath, f)
+                if f.endswith((".cu", ".cuh")) and ASM.search(open(path).read()):
+                    sys.exit("bwd_emulate: inline asm in %s has no emulation (emu/common/)"
+                             % os.path.relpath(path, dst))
     return dst
 
 
-# (name, semantics, tiling (BLOCK_M, BLOCK_N, warps, stages), arch, run arguments)
-def cases(quick):
-    def sem(dtype, d, mask, dv=None, **feats):  # head dims d (q, k) and dv (v; d unless given)
-        dv = d if dv is None else dv
-        s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": dv, "mask": mask, "vec": compile_bwd_check.vec_of(dtype, d, dv)}
-        s.update(feats)
-        return s
+def sem(dtype, d, mask, dv=None, **feats):  # head dims d (q, k) and dv (v; d unless given)
+    dv = d if dv is None else dv
+    s = {"dtype": dtype, "head_dim_qk": d, "head_dim_v": dv, "mask": mask, "vec": compile_bwd_check.vec_of(dtype, d, dv)}
+    s.update(feats)
+    return s
 
+
+# (name, semantics, tiling (BLOCK_M, BLOCK_N, warps, stages), arch, run arguments)
+def cases_sm80(quick, _deterministic):
     out = []
     # The defaults (FlashAttention-2's shapes), both dQ accumulator orders, both stage counts.
     for dtype, d, mask in (("f16", 64, "none"), ("bf16", 128, "causal"), ("f16", 128, "none"), ("bf16", 64, "causal")):
@@ -144,41 +166,101 @@ def cases(quick):
     return out
 
 
-def build_and_run(case, templates, tmp, nvrtc_free=True):
+# bwd_sm90 (16-bit, head dims 64 and 128, no mask or causal, GQA): its three tilings, (name,
+# semantics, tiling (BLOCK_M, BLOCK_N, MMA warpgroups), arch, run arguments). Odd lengths leave
+# partial Q and K/V blocks; sq > sk leaves causal rows that see no key; 6:2 GQA walks each K/V
+# block over three q-heads; sk 300 gives several K/V blocks per Q block. `deterministic`: also
+# deterministic mode, for templates whose bwd_sm90 serves it (the current one refuses it).
+def cases_sm90(quick, deterministic):
+    def s90(dtype, d, mask, **feats):
+        return sem(dtype, d, mask, vec=8, **feats)
+    gqa = {"hq": 6, "hkv": 2, "b": 1}
+    out = [
+        ("f16 d64 none 200x3", s90("f16", 64, "none"), (128, 128, 2), 900, {"sq": 200, "sk": 3}),
+        ("bf16 d64 causal gqa 6:2", s90("bf16", 64, "causal", gqa=True), (128, 128, 2), 900, dict(gqa, sq=77, sk=130)),
+        ("bf16 d64 causal sq>sk", s90("bf16", 64, "causal"), (64, 128, 2), 900, {"sq": 130, "sk": 77}),
+        ("f16 d128 causal gqa 6:2", s90("f16", 128, "causal", gqa=True), (64, 128, 2), 900, dict(gqa, sq=77, sk=130)),
+        ("bf16 d128 none 200x3", s90("bf16", 128, "none"), (64, 128, 2), 900, {"sq": 200, "sk": 3}),
+        ("f16 d64 causal 130x77", s90("f16", 64, "causal"), (64, 64, 1), 900, {"sq": 130, "sk": 77}),
+        ("bf16 d64 none gqa 6:2", s90("bf16", 64, "none", gqa=True), (64, 64, 1), 900, dict(gqa, sq=77, sk=130)),
+    ]
+    if not quick:
+        out += [
+            ("bf16 d64 causal 130x77", s90("bf16", 64, "causal"), (128, 128, 2), 900, {"sq": 130, "sk": 77}),
+            ("f16 d64 none gqa 6:2", s90("f16", 64, "none", gqa=True), (128, 128, 2), 900, dict(gqa, sq=77, sk=130)),
+            ("f16 d64 none 77x130", s90("f16", 64, "none"), (64, 128, 2), 900, {"sq": 77, "sk": 130}),
+            ("bf16 d64 causal gqa 6:2", s90("bf16", 64, "causal", gqa=True), (64, 128, 2), 900, dict(gqa, sq=77, sk=130)),
+            ("bf16 d128 causal 130x77", s90("bf16", 128, "causal"), (64, 128, 2), 900, {"sq": 130, "sk": 77}),
+            ("f16 d128 none gqa 6:2", s90("f16", 128, "none", gqa=True), (64, 128, 2), 900, dict(gqa, sq=77, sk=130)),
+            ("bf16 d64 causal 300x300", s90("bf16", 64, "causal"), (64, 64, 1), 900, {"sq": 300, "sk": 300, "b": 1}),
+            ("f16 d64 none 200x3", s90("f16", 64, "none"), (64, 64, 1), 900, {"sq": 200, "sk": 3}),
+        ]
+    if deterministic:
+        out += [
+            ("f16 d64 det causal gqa 6:2 sk300", s90("f16", 64, "causal", gqa=True, deterministic=True), (128, 128, 2), 900,
+             dict(gqa, sq=150, sk=300)),
+            ("bf16 d64 det none sk300", s90("bf16", 64, "none", deterministic=True), (64, 128, 2), 900,
+             {"sq": 130, "sk": 300}),
+            ("bf16 d128 det causal 300x300", s90("bf16", 128, "causal", deterministic=True), (64, 128, 2), 900,
+             {"sq": 300, "sk": 300, "b": 1}),
+            ("f16 d64 det causal gqa 6:2 130x77", s90("f16", 64, "causal", gqa=True, deterministic=True), (64, 64, 1), 900,
+             dict(gqa, sq=130, sk=77)),
+            ("bf16 d64 det none gqa 6:2 sk300", s90("bf16", 64, "none", gqa=True, deterministic=True), (64, 64, 1), 900,
+             dict(gqa, sq=77, sk=300)),
+        ]
+    return out
+
+
+# Per family: its entry file, its cases, the tiling constants its tiling tuples give in order.
+FAMILIES = {
+    "bwd_sm80": ("bwd_sm80/family.cu", cases_sm80, ("kBlockM", "kBlockN", "kWarps", "kStages"), "m%dn%dw%ds%d"),
+    "bwd_sm90": ("bwd_sm90/family.cu", cases_sm90, ("kBlockM", "kBlockN", "kMmaWarpgroups"), "m%dn%dg%d"),
+}
+
+
+def build_and_run(family, case, templates, tmp):
     name, semantics, tiling, arch, run_args = case
-    tag = "".join(c if c.isalnum() else "_" for c in name)
-    src = compile_bwd_check.render(semantics, [("kBlockM", tiling[0]), ("kBlockN", tiling[1]), ("kWarps", tiling[2]),
-                                               ("kStages", tiling[3])], tag)
+    entry, _, tiling_names, tiling_label = FAMILIES[family]
+    tag = "".join(c if c.isalnum() else "_" for c in " ".join((family, name, tiling_label % tiling)))
+    src = compile_bwd_check.render(semantics, list(zip(tiling_names, tiling)), tag, entry)
     variant = os.path.join(tmp, tag + ".cuh")
     open(variant, "w").write(src)
     binary = os.path.join(tmp, tag)
     cmd = ["g++", "-std=c++17", "-O1", "-w", "-D__CUDA_ARCH__=%d" % arch, "-DVARIANT_SOURCE=\"%s\"" % variant,
            "-I", templates, "-I", EMU, "-I", ROOT, "-I", os.path.join(ROOT, "engine", "include"),
            os.path.join(EMU, "bwd_emu_main.cpp"), "-o", binary]
+    if family == "bwd_sm90":
+        cmd.append("-DEMU_BWD_SM90")
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         return False, "%-40s BUILD FAILED\n%s" % (name, r.stderr[-4000:])
     argv = [binary] + ["%s=%s" % kv for kv in run_args.items()]
     r = subprocess.run(argv, capture_output=True, text=True)
     ok = r.returncode == 0
-    return ok, "%-4s %-40s m%dn%dw%ds%d sm%d:%s%s" % ("ok" if ok else "FAIL", name, *tiling, arch, r.stdout.rstrip(),
-                                                   "" if ok else "\n" + r.stderr[-2000:])
+    return ok, "%-4s %-40s %s sm%d:%s%s" % ("ok" if ok else "FAIL", name, tiling_label % tiling, arch, r.stdout.rstrip(),
+                                          "" if ok else "\n" + r.stderr[-2000:])
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="the default tilings' cases only")
+    ap.add_argument("--family", choices=list(FAMILIES) + ["all"], default="bwd_sm80", help="the kernels to run")
+    ap.add_argument("--quick", action="store_true", help="the default tilings' cases only (bwd_sm90: one set)")
     ap.add_argument("--filter", default="", help="only cases whose name contains this")
     ap.add_argument("-j", type=int, default=2, help="cases built and run at once (2: CI's cores)")
     ap.add_argument("--keep", action="store_true", help="keep the build directory")
+    ap.add_argument("--templates", default=os.path.join(ROOT, "templates"), help="the templates/ tree to run")
+    ap.add_argument("--with-deterministic", action="store_true",
+                    help="bwd_sm90: its deterministic cases too (for templates whose bwd_sm90 serves that mode)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bwd_emu_")
     try:
-        templates = prepare_templates(tmp)
-        todo = [c for c in cases(args.quick) if args.filter in c[0]]
+        templates = prepare_templates(tmp, args.templates)
+        families = list(FAMILIES) if args.family == "all" else [args.family]
+        todo = [(f, c) for f in families for c in FAMILIES[f][1](args.quick, args.with_deterministic)
+                if args.filter in c[0]]
         failures = 0
         with concurrent.futures.ThreadPoolExecutor(args.j) as pool:
-            for ok, line in pool.map(lambda c: build_and_run(c, templates, tmp), todo):
+            for ok, line in pool.map(lambda fc: build_and_run(fc[0], fc[1], templates, tmp), todo):
                 print(line, flush=True)
                 failures += not ok
         print("%d of %d cases failed" % (failures, len(todo)))

@@ -54,8 +54,9 @@ def semantics_fields():
     return rows
 
 
-def render(semantics, tiling, name):
-    """engine/src/kernel_source.cpp's render_source, for one variant."""
+def render(semantics, tiling, name, entry=None):
+    """engine/src/kernel_source.cpp's render_source, for one variant (of ENTRY's family unless
+    `entry` names another family's entry file)."""
     out = ["// flashjit kernel " + name, "namespace fj { namespace cfg {", "// Semantics: change results."]
     for typ, field, default, constant in semantics_fields():
         value = semantics.get(field, default.split("::")[-1] if "::" in default else default)
@@ -68,7 +69,7 @@ def render(semantics, tiling, name):
     out.append("// Tiling: changes speed only.")
     for constant, value in tiling:
         out.append("constexpr int %s = %d;" % (constant, value))
-    out += ["} }  // namespace fj::cfg", '#include "%s"' % ENTRY, ""]
+    out += ["} }  // namespace fj::cfg", '#include "%s"' % (entry or ENTRY), ""]
     return "\n".join(out)
 
 

@@ -1,7 +1,8 @@
-// Runs one bwd_sm80 variant's three kernels on the CPU (emu_runtime.hpp) on a random problem and
-// compares dq, dk, dv (and dsinks) with float64 gradients computed here from the definitions.
-// Built by tests/templates/bwd_emulate.py with the variant's rendered constants (VARIANT_SOURCE:
-// what engine/src/kernel_source.cpp renders, ending in #include "bwd_sm80/family.cu").
+// Runs one bwd_sm80 or bwd_sm90 variant's three kernels on the CPU (emu_runtime.hpp) on a random
+// problem and compares dq, dk, dv (and dsinks) with float64 gradients computed here from the
+// definitions. Built by tests/templates/bwd_emulate.py with the variant's rendered constants
+// (VARIANT_SOURCE: what engine/src/kernel_source.cpp renders, ending in #include
+// "bwd_sm80/family.cu" or "bwd_sm90/family.cu"; EMU_BWD_SM90 defined for the latter).
 // Arguments, key=value: b, hq, hkv, sq, sk (per sequence; varlen: lengths), left, right (window
 // sides, -1 unbounded), softcap, scale, varlen_q/varlen_k (comma lists), kv_lens (comma list),
 // seed. What the variant was compiled for (dtype, head dims, mask, features) comes from fj::cfg:
@@ -15,6 +16,16 @@
 #include <string>
 
 alignas(128) unsigned char smem_raw[kEmuSmemBytes];
+
+// The main kernel's CTA, as the engine launches it (bwd_sm80: preprocess's and convert's too;
+// bwd_sm90: its MMA warpgroups and producer, fj_layout::bwd90_threads, with the dynamic shared
+// memory of fj_layout::bwd90_layout).
+#ifdef EMU_BWD_SM90
+constexpr int kMainThreads = fj::bwd90::kThreads;
+static_assert(fj::bwd90::kLayout.smem_bytes <= int(kEmuSmemBytes), "the emulation's shared memory holds the layout");
+#else
+constexpr int kMainThreads = fj::bwd::kThreads;
+#endif
 
 namespace {
 
@@ -201,7 +212,8 @@ int main(int argc, char** argv) {
 
   const dim3 block{unsigned(kThreads), 1, 1};
   if (m_blocks > 0) emu::launch(flashjit_bwd_preprocess, dim3{unsigned(m_blocks), unsigned(Hq), unsigned(nseq)}, block, p);
-  if (n_blocks > 0) emu::launch(flashjit_bwd_main, dim3{unsigned(n_blocks), unsigned(Hkv), unsigned(nseq)}, block, p);
+  if (n_blocks > 0)
+    emu::launch(flashjit_bwd_main, dim3{unsigned(n_blocks), unsigned(Hkv), unsigned(nseq)}, dim3{unsigned(kMainThreads), 1, 1}, p);
   if (m_blocks > 0) emu::launch(flashjit_bwd_convert, dim3{unsigned(m_blocks), unsigned(Hq), unsigned(nseq)}, block, p);
 
   // ---- compare (rows no sequence covers are not compared: the kernels do not write them)

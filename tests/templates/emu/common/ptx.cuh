@@ -41,9 +41,40 @@ inline void cp_async(void* smem, const void* gmem, int src_bytes) {
   std::memcpy(smem, gmem, std::size_t(n));
   std::memset(static_cast<char*>(smem) + n, 0, std::size_t(kBytes - n));
 }
+inline void cp_async_16_at(unsigned smem, const void* gmem, int src_bytes) {
+  if (smem + 16 > kEmuSmemBytes) {
+    std::fprintf(stderr, "emu: cp.async to a shared-space address past shared memory\n");
+    std::abort();
+  }
+  cp_async<16>(smem_raw + smem, gmem, src_bytes);
+}
 inline void cp_async_commit() {}
 template <int kPending>
 inline void cp_async_wait() {}
+inline void cp_async_wait_all() {}
+// cp.async.mbarrier.arrive.noinc: an arrival once this thread's copies landed (they have), which
+// the barrier's expected count includes.
+inline void cp_async_arrive_noinc(unsigned long long* bar) { emu::mbarrier_arrive(bar); }
+
+// The row addresses of an ldmatrix or stmatrix .x4 (w.addr, lanes 8j..8j+7: matrix j's rows):
+// each matrix's 8 rows move in one pass, so their 16-byte chunks must sit in 8 distinct groups of
+// 4 banks (what the row pad, or the swizzle, is for).
+inline void check_matrix_rows(const emu::Runtime::Warp& w, const char* what) {
+  constexpr long long kChunkBytes = 16, kChunkGroups = 8;
+  for (int j = 0; j < 4; ++j) {
+    unsigned seen = 0;
+    for (int l = 8 * j; l < 8 * j + 8; ++l) {
+      const long long chunk = (static_cast<const unsigned char*>(w.addr[l]) - smem_raw) / kChunkBytes;
+      const unsigned bit = 1u << (chunk % kChunkGroups);
+      if (seen & bit) {
+        std::fprintf(stderr, "emu: %s: shared-memory bank conflict (matrix %d, lane %d, chunk %lld)\n", what, j, l,
+                     chunk);
+        std::abort();
+      }
+      seen |= bit;
+    }
+  }
+}
 
 // ldmatrix .x4: lanes 8j..8j+7 give the row addresses of matrix j; lane L receives, of each
 // matrix, row L/4's elements 2(L%4) and 2(L%4)+1 (plain) or column L/4's elements of rows
@@ -64,22 +95,7 @@ inline void ldmatrix_any(unsigned (&r)[4], const void* smem, bool trans) {
         std::abort();
       }
     const bool t = w.in[0][0];
-    // Each matrix's 8 rows are read in one pass: their 16-byte chunks must sit in 8 distinct
-    // groups of 4 banks (what the row pad, or the swizzle, is for).
-    constexpr long long kChunkBytes = 16, kChunkGroups = 8;
-    for (int j = 0; j < 4; ++j) {
-      unsigned seen = 0;
-      for (int l = 8 * j; l < 8 * j + 8; ++l) {
-        const long long chunk = (static_cast<const unsigned char*>(w.addr[l]) - smem_raw) / kChunkBytes;
-        const unsigned bit = 1u << (chunk % kChunkGroups);
-        if (seen & bit) {
-          std::fprintf(stderr, "emu: ldmatrix: shared-memory bank conflict (matrix %d, lane %d, chunk %lld)\n", j, l,
-                       chunk);
-          std::abort();
-        }
-        seen |= bit;
-      }
-    }
+    check_matrix_rows(w, "ldmatrix");
     for (int l = 0; l < 32; ++l)
       for (int j = 0; j < 4; ++j) {
         std::uint16_t lo, hi;
@@ -99,6 +115,31 @@ inline void ldmatrix_x4(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, sm
 inline void ldmatrix_x4_trans(unsigned (&r)[4], const void* smem) { ldmatrix_any(r, smem, true); }
 inline void ldmatrix_x4_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, false); }
 inline void ldmatrix_x4_trans_at(unsigned (&r)[4], unsigned addr) { ldmatrix_any(r, smem_raw + addr, true); }
+// stmatrix .x4 .trans (sm_90), ldmatrix .trans's inverse: lanes 8j..8j+7 give the row addresses
+// of matrix j as stored; lane L's register j holds elements (L/4, 2(L%4)) and (L/4, 2(L%4)+1)
+// of matrix j (the lower in the low half), stored transposed: at column L/4 of rows 2(L%4) and
+// 2(L%4)+1. (bwd_sm90/backward.cu spells this one in its own asm; bwd_emulate.py drops that
+// definition from the copied templates, so the kernel's call finds this one.)
+inline void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+  emu::Runtime::Warp& w = emu::rt().warps[emu::this_warp()];
+  const int lane = emu::this_lane();
+  if (addr % 16 || addr + 16 > kEmuSmemBytes) {
+    std::fprintf(stderr, "emu: stmatrix row address not 16-byte aligned or outside shared memory\n");
+    std::abort();
+  }
+  w.addr[lane] = smem_raw + addr;
+  for (int j = 0; j < 4; ++j) w.in[lane][j] = r[j];
+  w.in[lane][4] = addr;
+  emu::warp_barrier([](emu::Runtime::Warp& w) {
+    check_matrix_rows(w, "stmatrix");
+    for (int l = 0; l < 32; ++l)
+      for (int j = 0; j < 4; ++j)
+        for (int e = 0; e < 2; ++e) {
+          const std::uint16_t h = std::uint16_t(w.in[l][j] >> (16 * e));
+          std::memcpy(smem_raw + w.in[8 * j + 2 * (l % 4) + e][4] + 2 * (l / 4), &h, 2);
+        }
+  });
+}
 inline void st_shared_b32(unsigned addr, unsigned v) {
   if (addr % 4 || addr + 4 > kEmuSmemBytes) {
     std::fprintf(stderr, "emu: st.shared.b32 misaligned or outside shared memory\n");
