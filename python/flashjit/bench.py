@@ -3,6 +3,8 @@
     python -m flashjit.bench                      # bf16, D 64/128/256, S 1k/4k/16k, causal or not
     python -m flashjit.bench --dtype fp16 --d 128 --out fp16.png --json fp16.json
     python -m flashjit.bench --pass backward --d 64,128   # dq, dk, dv from one recorded forward
+    python -m flashjit.bench --pass train --d 128 --s 4096,8192 --causal yes --width 4096 --group 4
+                                                  # a Llama-like layer's forward + backward, GQA 32:8
 
 Each cell holds a fixed number of tokens (batch x seq) and of features (heads x head_dim), so its
 inputs are larger than any L2. Time is GPU time only: the calls of a round are queued behind a
@@ -10,8 +12,11 @@ spin kernel, so host overhead does not count, and the backends take turns in A B
 plot, one panel per head dim, shows TFLOP/s (4 * batch * heads * seq_q * seq_k * head_dim, half
 of that when causal) as FlashAttention's README charts do; the backward (--pass backward) times
 dq, dk, dv from one recorded forward (torch.autograd.grad with retain_graph) and counts 2.5 times
-the forward's FLOPs. Every backend's output (or gradients) is compared with flashjit's; a cell
-where they differ by more than the dtype allows is flagged.
+the forward's FLOPs; --pass train times a training step's forward and backward together (3.5
+times). --group G gives K and V heads / G heads (GQA; SDPA through enable_gqa, or K and V
+repeated inside the timed call where a backend has no GQA, noted in the cell). Every backend's
+output (or gradients) is compared with flashjit's; a cell where they differ by more than the
+dtype allows is flagged.
 """
 import argparse
 import json
@@ -29,6 +34,14 @@ ROUND_MS = 30.0
 # 3xTF32 math against SDPA's fp32 kernels) a margin far below tf32's 5e-4 rounding.
 AGREEMENT = {"bf16": 3e-2, "fp16": 3e-2, "fp32": 1e-4}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# A pass's FLOPs in forwards: the backward's five products against the forward's two (its S = QK^T
+# recomputed, dP, dV, dK, dQ), and a training step both.
+PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "train": 3.5}
+
+
+def flops_of(batch, heads, seq, head_dim, causal, pass_):
+    """FLOPs of one call: 4 b h s^2 d for the forward (half when causal), times the pass's factor."""
+    return 4.0 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * PASS_FLOPS[pass_]
 
 
 def _spin_cycles_per_ms():
@@ -71,11 +84,25 @@ def backends(names):
 
         def make(q, k, v, causal):
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+            group = q.shape[2] // k.shape[2]
 
             def call():
                 with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
-            return call
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                          enable_gqa=group > 1).transpose(1, 2)
+            if group == 1:
+                return call
+            try:
+                call()
+                return call
+            except RuntimeError as e:  # no GQA in this backend: what its users do, repeat K and V
+                def repeated():
+                    with sdpa_kernel(backend):
+                        kk, vv = kt.repeat_interleave(group, 1), vt.repeat_interleave(group, 1)
+                        return F.scaled_dot_product_attention(qt, kk, vv, is_causal=causal).transpose(1, 2)
+                repeated.note = "no GQA (%s): K and V repeated %dx inside the timed call" % (
+                    str(e).splitlines()[0][:80] if str(e) else type(e).__name__, group)
+                return repeated
         return make
     for kind in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"):
         table[kind] = sdpa(kind)
@@ -93,19 +120,37 @@ def backward_of(make, dout):
     def make_backward(q, k, v, causal):
         leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
         with torch.enable_grad():
-            out = make(*leaves, causal)()
+            forward = make(*leaves, causal)
+            out = forward()
 
         def call():
             with torch.enable_grad():
                 return torch.autograd.grad(out, leaves, dout, retain_graph=True)
+        call.note = getattr(forward, "note", None)
         return call
     return make_backward
+
+
+def train_of(make, dout):
+    """A backend's training step: make(q, k, v, causal) -> call() running the forward and its
+    backward, returning (out, dq, dk, dv)."""
+    def make_train(q, k, v, causal):
+        leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+        forward = make(*leaves, causal)
+
+        def call():
+            with torch.enable_grad():
+                out = forward()
+                return (out,) + tuple(torch.autograd.grad(out, leaves, dout))
+        call.note = getattr(forward, "note", None)
+        return call
+    return make_train
 
 
 def run(args):
     dtype = DTYPES[args.dtype]
     makers = backends(args.backends)
-    backward = args.pass_ == "backward"
+    grads = args.pass_ != "forward"
     for name, make in list(makers.items()):
         if isinstance(make, str):
             print("%s: %s, left out" % (name, make), file=sys.stderr)
@@ -115,24 +160,31 @@ def run(args):
     results = []
     for i, (d, s, causal) in enumerate(cells):
         batch, heads = max(1, args.tokens // s), max(1, args.width // d)
-        q, k, v = (torch.randn(batch, s, heads, d, device="cuda", dtype=dtype) for _ in range(3))
-        dout = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype) if backward else None
-        flops = 4.0 * batch * heads * s * s * d * (0.5 if causal else 1.0) * (2.5 if backward else 1.0)
-        cell = {"head_dim": d, "seq": s, "batch": batch, "heads": heads, "causal": causal, "dtype": args.dtype,
-                "pass": args.pass_, "ms": {}, "tflops": {}, "max_abs_vs_flashjit": {}, "problems": {}}
+        kv_heads = heads // args.group
+        q = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(batch, s, kv_heads, d, device="cuda", dtype=dtype) for _ in range(2))
+        dout = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype) if grads else None
+        flops = flops_of(batch, heads, s, d, causal, args.pass_)
+        cell = {"head_dim": d, "seq": s, "batch": batch, "heads": heads, "kv_heads": kv_heads, "causal": causal,
+                "dtype": args.dtype, "pass": args.pass_, "ms": {}, "tflops": {}, "max_abs_vs_flashjit": {},
+                "problems": {}, "notes": {}}
+        wrap = {"forward": lambda m: m, "backward": lambda m: backward_of(m, dout),
+                "train": lambda m: train_of(m, dout)}[args.pass_]
         calls, host_ms, want = {}, {}, None
         for name, make in makers.items():
             try:
-                call = (backward_of(make, dout) if backward else make)(q, k, v, causal)
+                call = wrap(make)(q, k, v, causal)
+                if getattr(call, "note", None):
+                    cell["notes"][name] = call.note
                 out = call()  # compiles or picks its kernel here, outside the timing
-                if backward:
+                if grads:
                     out = torch.cat([g.flatten() for g in out])
                 torch.cuda.synchronize()
                 if want is None:
                     want = out.float()
                 else:
                     diff = (out.float() - want).abs().max().item()
-                    if backward:  # gradients are not of unit size: relative to the largest
+                    if grads:  # gradients are not of unit size: relative to the largest
                         diff /= max(want.abs().max().item(), 1e-30)
                     cell["max_abs_vs_flashjit"][name] = diff
                     if not diff <= AGREEMENT[args.dtype]:
@@ -157,11 +209,11 @@ def run(args):
             cell["tflops"][name] = flops / (cell["ms"][name] * 1e-3) / 1e12
         results.append(cell)
         line = "  ".join("%s %.0f" % (n, t) for n, t in cell["tflops"].items())
-        print("[%d/%d] D%d S%d %s (B%d H%d): %s TFLOP/s%s" % (i + 1, len(cells), d, s, "causal" if causal else "full",
-                                                              batch, heads, line,
-                                                              "  (" + "; ".join("%s: %s" % kv for kv in
-                                                                                cell["problems"].items()) + ")"
-                                                              if cell["problems"] else ""), flush=True)
+        shape = "B%d H%d" % (batch, heads) + (":%d" % kv_heads if kv_heads != heads else "")
+        remarks = ["%s: %s" % kv for kv in list(cell["notes"].items()) + list(cell["problems"].items())]
+        print("[%d/%d] D%d S%d %s (%s): %s TFLOP/s%s" % (i + 1, len(cells), d, s, "causal" if causal else "full", shape,
+                                                         line, "  (" + "; ".join(remarks) + ")" if remarks else ""),
+              flush=True)
         del q, k, v, dout, want, calls
         torch.cuda.empty_cache()
     return results
@@ -203,13 +255,15 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16",
                    help="fp32: flashjit's exact fp32 (3xTF32); of SDPA's backends only sdpa-efficient takes it")
-    p.add_argument("--pass", dest="pass_", choices=("forward", "backward"), default="forward",
-                   help="time the forward, or the backward (dq, dk, dv) of one recorded forward")
+    p.add_argument("--pass", dest="pass_", choices=tuple(PASS_FLOPS), default="forward",
+                   help="time the forward, the backward (dq, dk, dv) of one recorded forward, or both together "
+                        "(train)")
     p.add_argument("--d", type=_ints, default=[64, 128, 256], help="head dims, comma separated")
     p.add_argument("--s", type=_ints, default=[1024, 4096, 16384], help="sequence lengths (seq_q = seq_k)")
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     p.add_argument("--tokens", type=int, default=16384, help="batch x seq of every cell")
     p.add_argument("--width", type=int, default=2048, help="heads x head_dim of every cell")
+    p.add_argument("--group", type=int, default=1, help="query heads per K/V head (GQA; 1: MHA)")
     p.add_argument("--backends", default="flashjit,sdpa-flash,sdpa-cudnn,fa4",
                    help="any of flashjit, flashjit-det (the backward's deterministic mode), sdpa-flash, sdpa-cudnn, "
                         "sdpa-efficient, fa4 (FlashAttention-4)")
@@ -222,12 +276,18 @@ def main(argv=None):
     unknown = set(args.backends) - {"flashjit", "flashjit-det", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "fa4"}
     if unknown:
         p.error("--backends: unknown %s" % ", ".join(sorted(unknown)))
+    for d in args.d:
+        heads = max(1, args.width // d)
+        if args.group < 1 or heads % args.group:
+            p.error("--group %d must divide the %d query heads of head dim %d (--width %d)" % (args.group, heads, d,
+                                                                                             args.width))
     if "flashjit" not in args.backends:
         args.backends.insert(0, "flashjit")  # the outputs are checked against flashjit's
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     results = run(args)
-    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": args.dtype, "pass": args.pass_}
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "dtype": args.dtype, "pass": args.pass_,
+            "group": args.group}
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "cells": results}, f, indent=1)

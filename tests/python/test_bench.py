@@ -10,8 +10,29 @@ def test_help_names_every_option(capsys):
         bench.main(["--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--dtype", "--d", "--s", "--causal", "--backends", "--rounds", "--out", "--json"):
+    for option in ("--dtype", "--pass", "--d", "--s", "--causal", "--group", "--backends", "--rounds", "--out",
+                   "--json", "train"):
         assert option in text
+
+
+def test_a_pass_counts_its_products_in_forwards():
+    # 4 b h s^2 d: two products of 2 s^2 d FLOPs a head; the backward has five, a training step seven.
+    assert bench.flops_of(2, 16, 1024, 128, False, "forward") == 4.0 * 2 * 16 * 1024 * 1024 * 128
+    assert bench.flops_of(2, 16, 1024, 128, True, "forward") == bench.flops_of(2, 16, 1024, 128, False, "forward") / 2
+    assert bench.flops_of(1, 1, 64, 64, False, "backward") == 2.5 * bench.flops_of(1, 1, 64, 64, False, "forward")
+    assert bench.flops_of(1, 1, 64, 64, True, "train") == 3.5 * bench.flops_of(1, 1, 64, 64, True, "forward")
+    with pytest.raises(KeyError):
+        bench.flops_of(1, 1, 64, 64, False, "inference")
+
+
+def test_a_group_that_does_not_divide_the_heads_is_refused_with_the_numbers(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--d", "128", "--width", "2048", "--group", "3"])  # 16 query heads
+    assert e.value.code == 2
+    assert "--group 3 must divide the 16 query heads of head dim 128 (--width 2048)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--group", "0"])
+    assert e.value.code == 2
 
 
 def test_an_unknown_backend_is_refused_by_name(capsys):
