@@ -1,5 +1,5 @@
 // The CPU emulation's templates/common/sm90/wgmma.cuh (tests/templates/bwd_emulate.py puts it in
-// place of the real one): the matrix descriptor as the real header builds it, and wgmma's
+// place of the real one): the real matrix_descriptor.cuh, the descriptor's advance, and wgmma's
 // asynchrony kept: a wgmma (wgmma_ops.cuh) is recorded when its warpgroup's 128 threads have
 // issued it, a commit closes the recorded ones into a group, and a wait runs the groups it waits
 // for. A kernel that reads accumulators before waiting for their group reads the old values, and
@@ -8,21 +8,11 @@
 #pragma once
 
 #include "common/ptx.cuh"
+#include "common/sm90/matrix_descriptor.cuh"
 #include "common/sm90/wgmma_ops.cuh"
 
 namespace fj::sm90 {
 
-enum class Swizzle : int { none = 0, b128 = 1, b64 = 2, b32 = 3 };
-
-// Bits: 0-13 start >> 4; 16-29 leading offset >> 4; 32-45 stride offset >> 4; 62-63 swizzle
-// (the real header's code: wgmma_ops.cuh decodes it).
-inline unsigned long long matrix_descriptor(const void* smem, unsigned leading_bytes, unsigned stride_bytes,
-                                            Swizzle swizzle) {
-  const unsigned long long start = (smem_addr(smem) & 0x3FFFFu) >> 4;
-  return start | (static_cast<unsigned long long>((leading_bytes >> 4) & 0x3FFFu) << 16) |
-         (static_cast<unsigned long long>((stride_bytes >> 4) & 0x3FFFu) << 32) |
-         (static_cast<unsigned long long>(static_cast<int>(swizzle)) << 62);
-}
 // The real one's 32-bit add on the low word: no carry into the leading offset's bits.
 inline unsigned long long advance_descriptor(unsigned long long desc, unsigned bytes) {
   const unsigned lo = static_cast<unsigned>(desc) + (bytes >> 4);
