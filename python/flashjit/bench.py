@@ -39,6 +39,11 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 PASS_FLOPS = {"forward": 1.0, "backward": 2.5, "train": 3.5}
 
 
+def heads_of(width, head_dim):
+    """A cell's query heads: --width is heads x head_dim."""
+    return max(1, width // head_dim)
+
+
 def flops_of(batch, heads, seq, head_dim, causal, pass_):
     """FLOPs of one call: 4 b h s^2 d for the forward (half when causal), times the pass's factor."""
     return 4.0 * batch * heads * seq * seq * head_dim * (0.5 if causal else 1.0) * PASS_FLOPS[pass_]
@@ -159,7 +164,7 @@ def run(args):
     cells = [(d, s, c) for d in args.d for s in args.s for c in args.causal]
     results = []
     for i, (d, s, causal) in enumerate(cells):
-        batch, heads = max(1, args.tokens // s), max(1, args.width // d)
+        batch, heads = max(1, args.tokens // s), heads_of(args.width, d)
         kv_heads = heads // args.group
         q = torch.randn(batch, s, heads, d, device="cuda", dtype=dtype)
         k, v = (torch.randn(batch, s, kv_heads, d, device="cuda", dtype=dtype) for _ in range(2))
@@ -277,7 +282,7 @@ def main(argv=None):
     if unknown:
         p.error("--backends: unknown %s" % ", ".join(sorted(unknown)))
     for d in args.d:
-        heads = max(1, args.width // d)
+        heads = heads_of(args.width, d)
         if args.group < 1 or heads % args.group:
             p.error("--group %d must divide the %d query heads of head dim %d (--width %d)" % (args.group, heads, d,
                                                                                              args.width))
